@@ -1,0 +1,1424 @@
+"""A stand-in for an SGLang (or vLLM) inference server, seen from the outside.
+
+The test fleet runs this file as the systemd unit ``sglang.service`` so the runbook can be exercised
+without GPUs. It replays a realistic cold start on stdout (rank-prefixed lines, tqdm bars written with
+carriage returns, benign warnings that look alarming), opens its HTTP port only when a real server
+would, answers the health, model and generation endpoints the way SGLang does, and can be told to fail
+the way real starts fail. Standard library only, Python 3.11, one file.
+
+Environment (the unit reads ``/etc/sglang-sim/scenario.env``):
+
+``SIM_SCENARIO``           ok (default) | crash | hang | crash_loop | health_503 | slow_health |
+                           unknown_error | ready_then_crash
+``SIM_PHASE``              where crash / hang / crash_loop strike: starting | loading_weights |
+                           allocating_kv_cache | capturing_cuda_graphs | warming_up
+                           (default loading_weights; crash_loop: starting)
+``SIM_FAILURE``            how crash / crash_loop / ready_then_crash fail: cuda_oom | nccl |
+                           scheduler_exception | address_in_use | oom_killed
+                           (default cuda_oom; crash_loop and ready_then_crash: scheduler_exception)
+``SIM_ENGINE``             sglang (default) | vllm
+``SIM_TP``                 tensor-parallel ranks, default 8
+``SIM_HOST``, ``SIM_PORT`` listen address, default 127.0.0.1 and 30000
+``SIM_API_KEY``            unset by default; when set, requests need ``Authorization: Bearer <key>``:
+                           SGLang protects every path but /health* and /metrics, vLLM every /v1/* path
+``SIM_MODEL``              model path, default /models/DeepSeek-R1
+``SIM_SPEED``              multiplier of the default timeline (20 s in all), default 1.0
+``SIM_START_SECONDS``, ``SIM_LOAD_SECONDS``, ``SIM_KV_SECONDS``, ``SIM_CAPTURE_SECONDS``,
+``SIM_WARMUP_SECONDS``     seconds of one phase, replacing its default times SIM_SPEED
+                           (defaults 2, 8, 1, 6, 3)
+``SIM_SHARDS``             checkpoint shards in the loading bar, default 163
+``SIM_HEALTH_DELAY``       seconds the health endpoints wait before answering, default 0
+                           (slow_health: 25)
+``SIM_CRASH_AFTER_READY``  seconds between ready and the crash of ready_then_crash, default 3
+
+Scenarios and how they end:
+
+* ok: benign warnings on every rank, then ready; SIGTERM exits 0.
+* crash (cuda_oom | nccl | scheduler_exception): in SIM_PHASE a rank prints ``Scheduler hit an
+  exception: Traceback ...``, the main process ``Received sigquit from a child process ...`` and the
+  process SIGKILLs itself (vLLM flavour: ``ERROR`` traceback lines, exit code 1).
+  crash address_in_use: uvicorn cannot bind (``ERROR:    [Errno 98] ...``), exit code 1; a real
+  port conflict ends the same way in every scenario. crash oom_killed: ``Killed``, then SIGKILL.
+* hang: stops in SIM_PHASE, prints nothing more, keeps running (port closed unless the phase is
+  warming_up, where HTTP is up and health answers 503).
+* crash_loop: crash in SIM_PHASE (default starting) on every start; systemd restarts the unit.
+* health_503: the whole start, ready marker included, but health answers 503 forever and generation
+  fails with 503.
+* slow_health: an ok start whose health endpoints take SIM_HEALTH_DELAY (default 25) seconds.
+* unknown_error: an ok start with ``Frobnicator returned error state 7, continuing`` on TP0.
+* ready_then_crash: ready, then after SIM_CRASH_AFTER_READY seconds a scheduler exception (CUDA
+  illegal memory access), sigquit and SIGKILL.
+"""
+
+from __future__ import annotations
+
+import http
+import json
+import os
+import random
+import signal
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO, NoReturn, cast
+
+PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up")
+SERVING = "serving"
+DEFAULT_PHASE_SECONDS = {"starting": 2.0, "loading_weights": 8.0, "allocating_kv_cache": 1.0, "capturing_cuda_graphs": 6.0, "warming_up": 3.0}
+PHASE_SECONDS_VARS = {
+    "starting": "SIM_START_SECONDS",
+    "loading_weights": "SIM_LOAD_SECONDS",
+    "allocating_kv_cache": "SIM_KV_SECONDS",
+    "capturing_cuda_graphs": "SIM_CAPTURE_SECONDS",
+    "warming_up": "SIM_WARMUP_SECONDS",
+}
+SCENARIOS = ("ok", "crash", "hang", "crash_loop", "health_503", "slow_health", "unknown_error", "ready_then_crash")
+FAILURES = ("cuda_oom", "nccl", "scheduler_exception", "address_in_use", "oom_killed")
+ENGINES = ("sglang", "vllm")
+DEFAULT_PHASE_BY_SCENARIO = {"crash_loop": "starting"}
+DEFAULT_FAILURE_BY_SCENARIO = {"crash_loop": "scheduler_exception", "ready_then_crash": "scheduler_exception"}
+SLOW_HEALTH_DEFAULT_DELAY = 25.0
+
+SITE = "/usr/local/lib/python3.11/dist-packages"
+SGL = f"{SITE}/sglang/srt"
+VLLM = f"{SITE}/vllm"
+TORCH = f"{SITE}/torch"
+
+SGLANG_VERSION = "0.4.9.post2"
+VLLM_VERSION = "0.9.1"
+NCCL_VERSION = "2.21.5"
+VLLM_NCCL_VERSION = "2.26.2"
+CONTEXT_LEN = 163840
+KV_TOKENS = 415290
+CANNED_COMPLETION = "Paris is the capital and the most populous city of France."
+BAR_BLOCKS = " \u258f\u258e\u258d\u258c\u258b\u258a\u2589\u2588"
+CAPTURE_BATCH_SIZES = (128, 120, 112, 104, 96, 88, 80, 72, 64, 56, 48, 40, 32, 24, 16, 12, 8, 4, 2, 1)
+MOE_CONFIG = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+CUTE_DSL_WARNING = "CUTE_DSL - WARNING - [handle_import_error] - Unexpected error during package walk: cutlass.cute.experimental"
+CUSTOM_ALLREDUCE_PCIE = (
+    "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
+    "To silence this warning, specify disable_custom_all_reduce=True explicitly."
+)
+CUSTOM_ALLREDUCE_P2P = (
+    "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. "
+    "To silence this warning, specify disable_custom_all_reduce=True explicitly."
+)
+IGNORABLE_MLIR_ERROR = "The following error message 'operation scheduled before its operands' can be ignored."
+TRANSFORMERS_CACHE_WARNING = (
+    f"{SITE}/transformers/utils/hub.py:105: FutureWarning: Using `TRANSFORMERS_CACHE` is deprecated "
+    "and will be removed in v5 of Transformers. Use `HF_HOME` instead."
+)
+UNKNOWN_ERROR_LINE = "Frobnicator returned error state 7, continuing"
+SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
+READY_LINE = "The server is fired up and ready to roll!"
+CUDA_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.99 GiB. GPU {rank} has a total capacity of 139.81 GiB "
+    "of which 1.37 GiB is free. Process {pid} has 138.43 GiB memory in use. Of the allocated memory 134.20 GiB is allocated "
+    "by PyTorch, and 2.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+CUDA_ERROR_TRAILER = (
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+)
+
+
+class ConfigError(ValueError):
+    """A SIM_* variable has a value the simulator does not know."""
+
+
+class ShutdownRequested(Exception):
+    """SIGTERM or SIGINT arrived: drain and exit 0."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+
+
+def _env_choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name, "").strip() or default
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < minimum:
+        raise ConfigError(f"{name}={raw!r} must be an integer >= {minimum}")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the SIM_* environment variables decide."""
+
+    scenario: str = "ok"
+    phase: str = "loading_weights"
+    failure: str = "cuda_oom"
+    engine: str = "sglang"
+    tp: int = 8
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    model: str = "/models/DeepSeek-R1"
+    phase_seconds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PHASE_SECONDS))
+    shards: int = 163
+    health_delay: float = 0.0
+    crash_after_ready: float = 3.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Config:
+        scenario = _env_choice(env, "SIM_SCENARIO", "ok", SCENARIOS)
+        speed = _env_float(env, "SIM_SPEED", 1.0)
+        port = _env_int(env, "SIM_PORT", 30000, 1)
+        if port > 65535:
+            raise ConfigError(f"SIM_PORT={port} is not a TCP port")
+        return cls(
+            scenario=scenario,
+            phase=_env_choice(env, "SIM_PHASE", DEFAULT_PHASE_BY_SCENARIO.get(scenario, "loading_weights"), PHASES),
+            failure=_env_choice(env, "SIM_FAILURE", DEFAULT_FAILURE_BY_SCENARIO.get(scenario, "cuda_oom"), FAILURES),
+            engine=_env_choice(env, "SIM_ENGINE", "sglang", ENGINES),
+            tp=_env_int(env, "SIM_TP", 8, 1),
+            host=env.get("SIM_HOST", "").strip() or "127.0.0.1",
+            port=port,
+            api_key=env.get("SIM_API_KEY", "").strip() or None,
+            model=env.get("SIM_MODEL", "").strip() or "/models/DeepSeek-R1",
+            phase_seconds={p: _env_float(env, PHASE_SECONDS_VARS[p], DEFAULT_PHASE_SECONDS[p] * speed) for p in PHASES},
+            shards=_env_int(env, "SIM_SHARDS", 163, 1),
+            health_delay=_env_float(env, "SIM_HEALTH_DELAY", SLOW_HEALTH_DEFAULT_DELAY if scenario == "slow_health" else 0.0),
+            crash_after_ready=_env_float(env, "SIM_CRASH_AFTER_READY", 3.0),
+        )
+
+    @property
+    def fails_to_start(self) -> bool:
+        return self.scenario in ("crash", "crash_loop")
+
+    @property
+    def bind_must_fail(self) -> bool:
+        return self.fails_to_start and self.failure == "address_in_use"
+
+    def fault_in(self, phase: str) -> str | None:
+        """The fault that strikes at the fault point of a cold-start phase, if any."""
+        if phase != self.phase:
+            return None
+        if self.scenario == "hang":
+            return "hang"
+        if self.fails_to_start and self.failure != "address_in_use":
+            return self.failure
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+
+
+def sglang_stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def vllm_stamp() -> str:
+    return time.strftime("%m-%d %H:%M:%S")
+
+
+def logging_stamp() -> str:
+    """The timestamp of Python logging's default format: ``2026-05-30 19:15:26,720``."""
+    now = time.time()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+
+
+class Console:
+    """Unbuffered, thread-safe stdout that remembers whether a line was left open (a tqdm bar)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._mid_line = False
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            self._emit(text)
+
+    def line(self, text: str) -> None:
+        self.write(text + "\n")
+
+    def end_partial_line(self) -> None:
+        with self._lock:
+            if self._mid_line:
+                self._emit("\n")
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        self._stream.write(text.encode("utf-8"))
+        self._stream.flush()
+        self._mid_line = not text.endswith("\n")
+
+
+def format_interval(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def format_rate(done: int, elapsed: float) -> str:
+    if done == 0 or elapsed <= 0:
+        return "?it/s"
+    rate = done / elapsed
+    return f"{rate:5.2f}it/s" if rate >= 1 else f"{1 / rate:5.2f}s/it"
+
+
+def tqdm_timing(done: int, total: int, elapsed: float) -> str:
+    remaining = "?" if done == 0 or elapsed <= 0 else format_interval(elapsed * (total - done) / done)
+    return f"[{format_interval(elapsed)}<{remaining}, {format_rate(done, elapsed)}]"
+
+
+def tqdm_bar(done: int, total: int, width: int = 10) -> str:
+    """tqdm's bar on a non-terminal: 10 cells of full blocks, one partial block, spaces."""
+    eighths = int(done / total * width * 8)
+    full, partial = divmod(eighths, 8)
+    if full >= width:
+        return BAR_BLOCKS[-1] * width
+    return BAR_BLOCKS[-1] * full + BAR_BLOCKS[partial] + " " * (width - full - 1)
+
+
+def shard_status(done: int, total: int, elapsed: float) -> str:
+    """``Loading safetensors checkpoint shards:  42% Completed | 68/163 [00:12<00:17,  5.67it/s]``."""
+    percent = 100 * done / total
+    return f"Loading safetensors checkpoint shards: {percent:3.0f}% Completed | {done}/{total} {tqdm_timing(done, total, elapsed)}"
+
+
+def bar_status(description: str, done: int, total: int, elapsed: float) -> str:
+    """``Capturing batches (bs=1 avail_mem=14.43 GB): 100%|##########| 20/20 [00:13<00:00,  1.50it/s]``."""
+    percent = 100 * done / total
+    return f"{description}: {percent:3.0f}%|{tqdm_bar(done, total)}| {done}/{total} {tqdm_timing(done, total, elapsed)}"
+
+
+class TqdmBar:
+    """Writes a progress bar the way tqdm does: each refresh is ``\\r`` + status, one newline at close."""
+
+    def __init__(self, console: Console, total: int, render: Callable[[int, int, float], str], min_interval: float = 0.1) -> None:
+        self._console = console
+        self._total = total
+        self._render = render
+        self._min_interval = min_interval
+        self._started = time.monotonic()
+        self._last_refresh = float("-inf")
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if done in (0, self._total) or now - self._last_refresh >= self._min_interval:
+            self._last_refresh = now
+            self._console.write("\r" + self._render(done, self._total, self.elapsed))
+
+    def close(self) -> None:
+        self._console.write("\r" + self._render(self._total, self._total, self.elapsed) + "\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Tracebacks
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    function: str
+    code: str = ""
+
+    def render(self) -> list[str]:
+        lines = [f'  File "{self.path}", line {self.line}, in {self.function}']
+        if self.code:
+            lines.append(f"    {self.code}")
+        return lines
+
+
+def render_frames(frames: tuple[Frame, ...]) -> list[str]:
+    return [line for frame in frames for line in frame.render()]
+
+
+def failure_tail(package: str, failure: str) -> tuple[Frame, ...]:
+    """The innermost frames of a failure, under ``package`` (sglang/srt or vllm)."""
+    if failure == "cuda_oom":
+        return (Frame(f"{TORCH}/utils/_device.py", 104, "__torch_function__", "return func(*args, **kwargs)"),)
+    if failure == "nccl":
+        communicators = f"{package}/distributed/device_communicators"
+        return (
+            Frame(f"{communicators}/pynccl.py", 108, "__init__", "self.comm: ncclComm_t = self.nccl.ncclCommInitRank("),
+            Frame(f"{communicators}/pynccl_wrapper.py", 350, "ncclCommInitRank", "self.NCCL_CHECK("),
+            Frame(f"{communicators}/pynccl_wrapper.py", 329, "NCCL_CHECK", 'raise RuntimeError(f"NCCL error: {error_str}")'),
+        )
+    return ()
+
+
+SCHEDULER_EXCEPTIONS = {
+    "starting": "ValueError: not enough values to unpack (expected 2, got 1)",
+    "loading_weights": "KeyError: 'model.layers.61.mlp.experts.255.down_proj.weight_scale_inv'",
+    "allocating_kv_cache": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    "capturing_cuda_graphs": "Exception: Capture cuda graph failed: TypeError: 'NoneType' object is not subscriptable",
+    "warming_up": "TypeError: '>' not supported between instances of 'NoneType' and 'int'",
+}
+
+
+def exception_lines(phase: str, failure: str, rank: int, pid: int) -> list[str]:
+    """The final line(s) of a traceback: the exception itself."""
+    if failure == "cuda_oom":
+        return [CUDA_OOM.format(rank=rank, pid=pid)]
+    if failure == "nccl":
+        return ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"]
+    if phase == SERVING:
+        return ["RuntimeError: CUDA error: an illegal memory access was encountered", *CUDA_ERROR_TRAILER]
+    return [SCHEDULER_EXCEPTIONS[phase]]
+
+
+_SCHED = f"{SGL}/managers/scheduler.py"
+_RUNNER = f"{SGL}/model_executor/model_runner.py"
+_SGLANG_INIT_HEAD = (
+    Frame(_SCHED, 2960, "run_scheduler_process", "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)"),
+    Frame(_SCHED, 334, "__init__", "self.tp_worker = TpWorkerClass("),
+    Frame(f"{SGL}/managers/tp_worker_overlap_thread.py", 67, "__init__", "self.worker = TpModelWorker("),
+    Frame(f"{SGL}/managers/tp_worker.py", 84, "__init__", "self.model_runner = ModelRunner("),
+)
+_SGLANG_RUNTIME_HEAD = (
+    Frame(_SCHED, 2975, "run_scheduler_process", "scheduler.event_loop_overlap()"),
+    Frame(f"{TORCH}/utils/_contextlib.py", 116, "decorate_context", "return func(*args, **kwargs)"),
+    Frame(_SCHED, 801, "event_loop_overlap", "result = self.run_batch(batch)"),
+    Frame(_SCHED, 1761, "run_batch", ") = self.tp_worker.forward_batch_generation("),
+    Frame(f"{SGL}/managers/tp_worker.py", 238, "forward_batch_generation", "logits_output, can_run_cuda_graph = self.model_runner.forward("),
+    Frame(_RUNNER, 1790, "forward", "output = self._forward_raw("),
+)
+_SGLANG_INITIALIZE = Frame(_RUNNER, 287, "__init__", "self.initialize(min_per_gpu_memory)")
+SGLANG_PHASE_FRAMES: dict[str, tuple[Frame, ...]] = {
+    "starting": (
+        Frame(_RUNNER, 242, "__init__", "min_per_gpu_memory = self.init_torch_distributed()"),
+        Frame(_RUNNER, 601, "init_torch_distributed", "initialize_model_parallel("),
+        Frame(f"{SGL}/distributed/parallel_state.py", 1291, "initialize_model_parallel", "_TP = init_model_parallel_group("),
+        Frame(f"{SGL}/distributed/parallel_state.py", 1063, "init_model_parallel_group", "return GroupCoordinator("),
+        Frame(f"{SGL}/distributed/parallel_state.py", 291, "__init__", "self.pynccl_comm = PyNcclCommunicator("),
+    ),
+    "loading_weights": (
+        _SGLANG_INITIALIZE,
+        Frame(_RUNNER, 327, "initialize", "self.load_model()"),
+        Frame(_RUNNER, 703, "load_model", "self.model = get_model("),
+        Frame(f"{SGL}/model_loader/__init__.py", 22, "get_model", "return loader.load_model("),
+        Frame(f"{SGL}/model_loader/loader.py", 443, "load_model", "self.load_weights_and_postprocess("),
+        Frame(f"{SGL}/model_loader/loader.py", 451, "load_weights_and_postprocess", "model.load_weights(weights)"),
+        Frame(f"{SGL}/models/deepseek_v2.py", 2262, "load_weights", "weight_loader("),
+    ),
+    "allocating_kv_cache": (
+        _SGLANG_INITIALIZE,
+        Frame(_RUNNER, 381, "initialize", "self.init_memory_pool("),
+        Frame(_RUNNER, 1321, "init_memory_pool", "self.token_to_kv_pool = MLATokenToKVPool("),
+        Frame(f"{SGL}/mem_cache/memory_pool.py", 590, "__init__", "self._create_buffers()"),
+        Frame(f"{SGL}/mem_cache/memory_pool.py", 612, "_create_buffers", "torch.zeros("),
+    ),
+    "capturing_cuda_graphs": (
+        _SGLANG_INITIALIZE,
+        Frame(_RUNNER, 404, "initialize", "self.init_cuda_graphs()"),
+        Frame(_RUNNER, 1530, "init_cuda_graphs", "self.cuda_graph_runner = CudaGraphRunner(self)"),
+        Frame(f"{SGL}/model_executor/cuda_graph_runner.py", 379, "__init__", "self.capture()"),
+        Frame(f"{SGL}/model_executor/cuda_graph_runner.py", 498, "capture", ") = self.capture_one_batch_size(bs, forward)"),
+        Frame(f"{SGL}/model_executor/cuda_graph_runner.py", 614, "capture_one_batch_size", "run_once()"),
+    ),
+    "warming_up": (
+        Frame(_RUNNER, 1841, "_forward_raw", "ret = self.forward_extend("),
+        Frame(f"{SGL}/models/deepseek_v2.py", 2187, "forward", "hidden_states = self.model(input_ids, positions, forward_batch, input_embeds)"),
+    ),
+    SERVING: (
+        Frame(_RUNNER, 1836, "_forward_raw", "ret = self.forward_decode("),
+        Frame(f"{SGL}/models/deepseek_v2.py", 2187, "forward", "hidden_states = self.model(input_ids, positions, forward_batch, input_embeds)"),
+    ),
+}
+
+
+def sglang_traceback(phase: str, failure: str, rank: int, pid: int) -> list[str]:
+    """The lines after ``Scheduler hit an exception: Traceback (most recent call last):``."""
+    head = _SGLANG_RUNTIME_HEAD if phase in ("warming_up", SERVING) else _SGLANG_INIT_HEAD
+    frames = head + SGLANG_PHASE_FRAMES[phase] + failure_tail(SGL, failure)
+    return render_frames(frames) + exception_lines(phase, failure, rank, pid)
+
+
+_MPE = f"{VLLM}/v1/executor/multiproc_executor.py"
+_GPU_WORKER = f"{VLLM}/v1/worker/gpu_worker.py"
+_GPU_RUNNER = f"{VLLM}/v1/worker/gpu_model_runner.py"
+_VLLM_BUSY_LOOP = Frame(_MPE, 541, "worker_busy_loop", "output = func(*args, **kwargs)")
+_VLLM_SERVING_FRAMES = (
+    _VLLM_BUSY_LOOP,
+    Frame(_GPU_WORKER, 312, "execute_model", "output = self.model_runner.execute_model(scheduler_output,"),
+    Frame(_GPU_RUNNER, 1339, "execute_model", "model_output = self.model("),
+)
+VLLM_PHASE_FRAMES: dict[str, tuple[Frame, ...]] = {
+    "starting": (
+        Frame(_MPE, 485, "worker_main", "worker = WorkerProc(*args, **kwargs)"),
+        Frame(_MPE, 381, "__init__", "self.worker.init_device()"),
+        Frame(_GPU_WORKER, 166, "init_device", "init_worker_distributed_environment(self.vllm_config, self.rank,"),
+        Frame(f"{VLLM}/distributed/parallel_state.py", 1112, "initialize_model_parallel", "_TP = init_model_parallel_group(group_ranks,"),
+        Frame(f"{VLLM}/distributed/parallel_state.py", 240, "__init__", "self.device_communicator = device_comm_cls("),
+        Frame(f"{VLLM}/distributed/device_communicators/cuda_communicator.py", 39, "__init__", "self.pynccl_comm = PyNcclCommunicator("),
+    ),
+    "loading_weights": (
+        Frame(_MPE, 485, "worker_main", "worker = WorkerProc(*args, **kwargs)"),
+        Frame(_MPE, 382, "__init__", "self.worker.load_model()"),
+        Frame(_GPU_WORKER, 185, "load_model", "self.model_runner.load_model()"),
+        Frame(_GPU_RUNNER, 1775, "load_model", "self.model = model_loader.load_model("),
+        Frame(f"{VLLM}/model_executor/model_loader/base_loader.py", 41, "load_model", "self.load_weights(model, model_config)"),
+        Frame(f"{VLLM}/model_executor/model_loader/default_loader.py", 269, "load_weights", "loaded_weights = model.load_weights("),
+        Frame(f"{VLLM}/model_executor/models/deepseek_v2.py", 874, "load_weights", "weight_loader(param, loaded_weight)"),
+    ),
+    "allocating_kv_cache": (
+        _VLLM_BUSY_LOOP,
+        Frame(_GPU_WORKER, 211, "determine_available_memory", "self.model_runner.profile_run()"),
+        Frame(_GPU_RUNNER, 2215, "profile_run", "hidden_states = self._dummy_run(self.max_num_tokens)"),
+    ),
+    "capturing_cuda_graphs": (
+        _VLLM_BUSY_LOOP,
+        Frame(_GPU_WORKER, 264, "compile_or_warm_up_model", "self.model_runner.capture_model()"),
+        Frame(_GPU_RUNNER, 2296, "capture_model", "self._dummy_run(num_tokens, capture_attn_cudagraph=full_cg)"),
+    ),
+    "warming_up": _VLLM_SERVING_FRAMES,
+    SERVING: _VLLM_SERVING_FRAMES,
+}
+VLLM_ENGINE_CORE_FRAMES = (
+    Frame(f"{VLLM}/v1/engine/core.py", 577, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
+    Frame(f"{VLLM}/v1/engine/core.py", 404, "__init__", "super().__init__(vllm_config, executor_class, log_stats,"),
+    Frame(f"{VLLM}/v1/engine/core.py", 75, "__init__", "self.model_executor = executor_class(vllm_config)"),
+    Frame(f"{VLLM}/executor/executor_base.py", 53, "__init__", "self._init_executor()"),
+    Frame(_MPE, 93, "_init_executor", "self.workers = WorkerProc.wait_for_ready(unready_workers)"),
+    Frame(_MPE, 422, "wait_for_ready", "raise e from None"),
+)
+VLLM_CLI_FRAMES = (
+    Frame("/usr/local/bin/vllm", 8, "<module>", "sys.exit(main())"),
+    Frame(f"{VLLM}/entrypoints/cli/main.py", 59, "main", "args.dispatch_function(args)"),
+    Frame(f"{VLLM}/entrypoints/cli/serve.py", 58, "cmd", "uvloop.run(run_server(args))"),
+    Frame(f"{SITE}/uvloop/__init__.py", 109, "run", "return __asyncio.run("),
+    Frame("/usr/lib/python3.11/asyncio/runners.py", 190, "run", "return runner.run(main)"),
+    Frame("/usr/lib/python3.11/asyncio/runners.py", 118, "run", "return self._loop.run_until_complete(task)"),
+    Frame("uvloop/loop.pyx", 1518, "uvloop.loop.Loop.run_until_complete"),
+    Frame(f"{SITE}/uvloop/__init__.py", 61, "wrapper", "return await main"),
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Process control
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT; sleeping through it raises ShutdownRequested.
+
+    The signal handler only flips a boolean (no locks), and sleeps poll it every 50 ms.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.requested:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(remaining, 0.05))
+        raise ShutdownRequested()
+
+
+def kill_self() -> NoReturn:
+    """End the way SGLang's kill_process_tree ends a failed server: SIGKILL."""
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(5)
+    raise SystemExit(137)
+
+
+# --------------------------------------------------------------------------------------------------
+# HTTP
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+def json_response(status: int, payload: object) -> Response:
+    return Response(status, json.dumps(payload).encode("utf-8"))
+
+
+def parse_json_object(body: bytes) -> dict[str, object] | None:
+    try:
+        payload = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _int_field(payload: Mapping[str, object], name: str, default: int) -> int:
+    value = payload.get(name)
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def complete(prompt: str, max_tokens: int) -> tuple[str, int, int]:
+    """A tiny deterministic completion: (text, prompt tokens, completion tokens)."""
+    words = CANNED_COMPLETION.split()[: max(1, min(max_tokens, 16))]
+    return " " + " ".join(words), max(1, len(prompt.split())), len(words)
+
+
+@dataclass
+class ServeState:
+    """What the HTTP side can see of the simulated server."""
+
+    healthy: threading.Event = field(default_factory=threading.Event)
+    generating: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+
+    def count_generation(self, prompt_tokens: int, generation_tokens: int) -> None:
+        with self.lock:
+            self.prompt_tokens += prompt_tokens
+            self.generation_tokens += generation_tokens
+
+    def track(self, delta: int) -> None:
+        with self.lock:
+            self.in_flight += delta
+
+
+class SimApp:
+    """The routes of the server, independent of the HTTP plumbing."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.cfg = sim.cfg
+        self.state = sim.state
+        self.created = int(time.time())
+        self.routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
+            "/health": ("GET", self.health),
+            "/health_generate": ("GET", self.health),
+            "/v1/models": ("GET", self.models),
+            "/model_info": ("GET", self.model_info),
+            "/server_info": ("GET", self.server_info),
+            "/get_model_info": ("GET", self.deprecated(self.model_info, "/get_model_info", "/model_info")),
+            "/get_server_info": ("GET", self.deprecated(self.server_info, "/get_server_info", "/server_info")),
+            "/version": ("GET", self.version),
+            "/metrics": ("GET", self.metrics),
+            "/generate": ("POST", self.generate),
+            "/v1/completions": ("POST", self.completions),
+            "/v1/chat/completions": ("POST", self.chat_completions),
+        }
+
+    def respond(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return json_response(401, {"error": "Unauthorized"})
+        route = self.routes.get(request.path)
+        if route is None:
+            return json_response(404, {"detail": "Not Found"})
+        method, handler = route
+        if request.method != method:
+            return json_response(405, {"detail": "Method Not Allowed"})
+        return handler(request)
+
+    def _authorized(self, request: Request) -> bool:
+        if not self.cfg.api_key or not self.sim.needs_api_key(request.path):
+            return True
+        return request.headers.get("authorization") == f"Bearer {self.cfg.api_key}"
+
+    def deprecated(self, handler: Callable[[Request], Response], old: str, new: str) -> Callable[[Request], Response]:
+        def warn_then_answer(request: Request) -> Response:
+            self.sim.main_line(f"Endpoint '{old}' is deprecated and will be removed in a future version. Please use '{new}' instead.")
+            return handler(request)
+
+        return warn_then_answer
+
+    def health(self, request: Request) -> Response:
+        if self.cfg.health_delay:
+            time.sleep(self.cfg.health_delay)
+        if not self.state.healthy.is_set():
+            return Response(503, b"", "text/plain")
+        if request.path == "/health_generate":
+            self.sim.log_batch(prompt_tokens=1)
+        return Response(200, b"", "text/plain")
+
+    def models(self, request: Request) -> Response:
+        card = {
+            "id": self.cfg.model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": self.cfg.engine,
+            "root": self.cfg.model,
+            "max_model_len": CONTEXT_LEN,
+        }
+        return json_response(200, {"object": "list", "data": [card]})
+
+    def model_info(self, request: Request) -> Response:
+        return json_response(
+            200,
+            {
+                "model_path": self.cfg.model,
+                "tokenizer_path": self.cfg.model,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+            },
+        )
+
+    def server_info(self, request: Request) -> Response:
+        info: dict[str, object] = dict(self.sim.server_args())
+        info["api_key"] = None
+        info["version"] = SGLANG_VERSION
+        return json_response(200, info)
+
+    def version(self, request: Request) -> Response:
+        return json_response(200, {"version": VLLM_VERSION if self.cfg.engine == "vllm" else SGLANG_VERSION})
+
+    def metrics(self, request: Request) -> Response:
+        return Response(200, self.sim.metrics_text().encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _generation(self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]) -> tuple[str, int, int] | Response:
+        if not self.state.generating.is_set():
+            return json_response(503, {"object": "error", "message": "The server is not ready to generate.", "code": 503})
+        payload = parse_json_object(request.body)
+        if payload is None:
+            return json_response(400, {"object": "error", "message": "Invalid JSON body", "code": 400})
+        prompt = payload.get(prompt_field, "")
+        text, prompt_tokens, generation_tokens = complete(prompt if isinstance(prompt, str) else json.dumps(prompt), max_tokens(payload))
+        self.state.count_generation(prompt_tokens, generation_tokens)
+        self.sim.log_batch(prompt_tokens)
+        return text, prompt_tokens, generation_tokens
+
+    def generate(self, request: Request) -> Response:
+        def max_new_tokens(payload: Mapping[str, object]) -> int:
+            sampling = payload.get("sampling_params")
+            return _int_field(sampling, "max_new_tokens", 16) if isinstance(sampling, dict) else 16
+
+        result = self._generation(request, "text", max_new_tokens)
+        if isinstance(result, Response):
+            return result
+        text, prompt_tokens, generation_tokens = result
+        meta = {
+            "id": uuid.uuid4().hex,
+            "finish_reason": {"type": "length", "length": generation_tokens},
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": generation_tokens,
+            "cached_tokens": 0,
+            "e2e_latency": 0.012,
+        }
+        return json_response(200, {"text": text, "meta_info": meta})
+
+    def completions(self, request: Request) -> Response:
+        result = self._generation(request, "prompt", lambda payload: _int_field(payload, "max_tokens", 16))
+        if isinstance(result, Response):
+            return result
+        text, prompt_tokens, generation_tokens = result
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+        return json_response(200, self._openai_envelope("cmpl", "text_completion", choice, prompt_tokens, generation_tokens))
+
+    def chat_completions(self, request: Request) -> Response:
+        result = self._generation(request, "messages", lambda payload: _int_field(payload, "max_tokens", 16))
+        if isinstance(result, Response):
+            return result
+        text, prompt_tokens, generation_tokens = result
+        choice = {"index": 0, "message": {"role": "assistant", "content": text.strip()}, "logprobs": None, "finish_reason": "length"}
+        return json_response(200, self._openai_envelope("chatcmpl", "chat.completion", choice, prompt_tokens, generation_tokens))
+
+    def _openai_envelope(self, prefix: str, kind: str, choice: dict[str, object], prompt_tokens: int, generation_tokens: int) -> dict[str, object]:
+        return {
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.cfg.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generation_tokens, "total_tokens": prompt_tokens + generation_tokens},
+        }
+
+
+class SimHandler(BaseHTTPRequestHandler):
+    """Plumbing between http.server and SimApp; writes uvicorn-like access lines."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silence http.server's own stderr log: access lines are written by _handle."""
+
+    def _handle(self, method: str) -> None:
+        app = cast(SimHttpServer, self.server).app
+        app.state.track(+1)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length > 0 else b""
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            response = app.respond(Request(method, self.path.split("?", 1)[0], headers, body))
+            self.send_response(response.status)
+            self.send_header("content-type", response.content_type)
+            self.send_header("content-length", str(len(response.body)))
+            self.end_headers()
+            self.wfile.write(response.body)
+            client_host, client_port = self.client_address[:2]
+            app.sim.access_line(
+                f'{client_host}:{client_port} - "{method} {self.path} {self.request_version}" {response.status} {http.HTTPStatus(response.status).phrase}'
+            )
+        finally:
+            app.state.track(-1)
+
+
+class SimHttpServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that never resolves names and never prints tracebacks into the journal."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], app: SimApp) -> None:
+        super().__init__(address, SimHandler, bind_and_activate=False)
+        self.app = app
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would call socket.getfqdn(), a DNS lookup: bind like a plain TCP server.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = (str(self.server_address[0]), int(self.server_address[1]))
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hung up mid-answer (a probe that timed out) is not worth a traceback."""
+
+
+class HttpFrontend:
+    """The listening socket: bound and listening only when the simulated server would be."""
+
+    def __init__(self, app: SimApp, host: str, port: int) -> None:
+        self._app = app
+        self._address = (host, port)
+        self._server: SimHttpServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self._thread is not None
+
+    def bind(self) -> SimHttpServer:
+        """Bind without listening (connections are still refused); raises OSError."""
+        if self._server is None:
+            server = SimHttpServer(self._address, self._app)
+            try:
+                server.server_bind()
+            except OSError:
+                server.server_close()
+                raise
+            self._server = server
+        return self._server
+
+    def listen(self) -> None:
+        server = self.bind()
+        server.server_activate()
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True)
+        self._thread.start()
+
+    def stop(self, state: ServeState, drain_seconds: float = 1.0) -> None:
+        """Stop accepting, give in-flight requests a moment to finish, close the socket."""
+        if self._server is None:
+            return
+        if self._thread is not None:
+            self._server.shutdown()
+            deadline = time.monotonic() + drain_seconds
+            while state.in_flight and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self._server.server_close()
+        self._server = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The simulated server
+
+
+class Simulator:
+    """Drives a cold start through PHASES, then serves; engine flavours supply the lines."""
+
+    def __init__(self, cfg: Config, console: Console) -> None:
+        self.cfg = cfg
+        self.console = console
+        self.stop = StopFlag()
+        self.state = ServeState()
+        self.app = SimApp(self)
+        self.http = HttpFrontend(self.app, cfg.host, cfg.port)
+        self.rng = random.Random()
+        self.pid = os.getpid()
+        self.failing_rank = 1 if cfg.tp > 1 else 0
+        self._phase = PHASES[0]
+
+    # ---- the run
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.stop.request)
+        signal.signal(signal.SIGINT, self.stop.request)
+        try:
+            for phase in PHASES:
+                self._run_phase(phase)
+            self._serve()
+        except ShutdownRequested:
+            self.console.end_partial_line()
+            if self.http.serving:
+                self.shutdown_lines()
+            self.http.stop(self.state)
+        return 0
+
+    def _run_phase(self, phase: str) -> None:
+        self._phase = phase
+        steps = {
+            "starting": self.starting,
+            "loading_weights": self.loading_weights,
+            "allocating_kv_cache": self.allocating_kv_cache,
+            "capturing_cuda_graphs": self.capturing_cuda_graphs,
+            "warming_up": self.warming_up,
+        }[phase]
+        for _fault_point in steps():
+            fault = self.cfg.fault_in(phase)
+            if fault:
+                self._strike(phase, fault)
+
+    def _strike(self, phase: str, fault: str) -> NoReturn:
+        if fault == "hang":
+            while True:
+                self.stop.sleep(3600)
+        self.console.end_partial_line()
+        if fault == "oom_killed":
+            self.console.line("Killed")
+            kill_self()
+        self.crash(phase, fault)
+
+    def _serve(self) -> None:
+        if self.cfg.scenario == "ready_then_crash":
+            self.stop.sleep(self.cfg.crash_after_ready)
+            failure = self.cfg.failure
+            self._strike(SERVING, "scheduler_exception" if failure == "address_in_use" else failure)
+        while True:
+            self.stop.sleep(3600)
+
+    def pause(self, fraction: float) -> None:
+        """Sleep a fraction of the current phase's duration (interrupted by SIGTERM)."""
+        self.stop.sleep(self.cfg.phase_seconds[self._phase] * fraction)
+
+    def bind_port(self) -> None:
+        """Bind the HTTP port or fail the start the way the engine does when it cannot."""
+        if self.cfg.bind_must_fail:
+            self.bind_failed(98, "Address already in use")
+        try:
+            self.http.bind()
+        except OSError as exc:
+            self.bind_failed(exc.errno or 98, exc.strerror or "Address already in use")
+
+    def become_ready(self) -> None:
+        """Called when the start is complete: health turns 200 unless the scenario says otherwise."""
+        if self.cfg.scenario != "health_503":
+            self.state.healthy.set()
+
+    def open_http(self) -> None:
+        self.http.listen()
+        if self.cfg.scenario != "health_503":
+            self.state.generating.set()
+
+    def ranks(self) -> list[int]:
+        """All TP ranks, in the shuffled order in which real ranks race to the log."""
+        order = list(range(self.cfg.tp))
+        self.rng.shuffle(order)
+        return order
+
+    def progress_bar(self, total: int, render: Callable[[int, int, float], str], share: float) -> Iterator[None]:
+        """Run a tqdm bar over ``share`` of the phase; yields once, half-way: the phase's fault point."""
+        progress = TqdmBar(self.console, total, render)
+        for done in range(total + 1):
+            progress.update(done)
+            if done == total // 2:
+                yield
+            if done < total:
+                self.pause(share / total)
+        progress.close()
+
+    # ---- what flavours provide
+    def starting(self) -> Iterator[None]:
+        raise NotImplementedError
+
+    def loading_weights(self) -> Iterator[None]:
+        raise NotImplementedError
+
+    def allocating_kv_cache(self) -> Iterator[None]:
+        raise NotImplementedError
+
+    def capturing_cuda_graphs(self) -> Iterator[None]:
+        raise NotImplementedError
+
+    def warming_up(self) -> Iterator[None]:
+        raise NotImplementedError
+
+    def crash(self, phase: str, failure: str) -> NoReturn:
+        raise NotImplementedError
+
+    def bind_failed(self, errno: int, strerror: str) -> NoReturn:
+        raise NotImplementedError
+
+    def shutdown_lines(self) -> None:
+        raise NotImplementedError
+
+    def main_line(self, message: str) -> None:
+        raise NotImplementedError
+
+    def access_line(self, message: str) -> None:
+        raise NotImplementedError
+
+    def log_batch(self, prompt_tokens: int) -> None:
+        """A line the engine prints when it runs a generation batch (none by default)."""
+
+    def needs_api_key(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def server_args(self) -> list[tuple[str, object]]:
+        return [("model_path", self.cfg.model), ("host", self.cfg.host), ("port", self.cfg.port), ("tp_size", self.cfg.tp)]
+
+    def metrics_text(self) -> str:
+        raise NotImplementedError
+
+    def _metrics(self, prefix: str, names: Mapping[str, str]) -> str:
+        label = f'{{model_name="{self.cfg.model}"}}'
+        values = {
+            "prompt_tokens": ("counter", "Number of prefill tokens processed.", self.state.prompt_tokens),
+            "generation_tokens": ("counter", "Number of generation tokens processed.", self.state.generation_tokens),
+            "running": ("gauge", "The number of running requests.", 0),
+            "waiting": ("gauge", "The number of waiting requests.", 0),
+            "cache_usage": ("gauge", "The token usage of the KV cache.", 0.0),
+        }
+        lines = []
+        for key, (kind, help_text, value) in values.items():
+            name = f"{prefix}:{names[key]}"
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+        return "\n".join(lines) + "\n"
+
+
+class SglangSimulator(Simulator):
+    """SGLang's wording: ``[YYYY-MM-DD HH:MM:SS TPn] message``, no level name."""
+
+    def rank_line(self, rank: int, message: str) -> None:
+        self.console.line(f"[{sglang_stamp()} TP{rank}] {message}")
+
+    def main_line(self, message: str) -> None:
+        self.console.line(f"[{sglang_stamp()}] {message}")
+
+    def all_ranks(self, message: str) -> None:
+        for rank in self.ranks():
+            self.rank_line(rank, message)
+
+    def access_line(self, message: str) -> None:
+        self.main_line(f"INFO:     {message}")
+
+    def log_batch(self, prompt_tokens: int) -> None:
+        self.rank_line(0, f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0")
+
+    def needs_api_key(self, path: str) -> bool:
+        return not path.startswith(("/health", "/metrics"))
+
+    def server_args(self) -> list[tuple[str, object]]:
+        cfg = self.cfg
+        return [
+            ("model_path", cfg.model),
+            ("tokenizer_path", cfg.model),
+            ("tokenizer_mode", "auto"),
+            ("skip_tokenizer_init", False),
+            ("load_format", "auto"),
+            ("trust_remote_code", True),
+            ("dtype", "auto"),
+            ("kv_cache_dtype", "auto"),
+            ("quantization", None),
+            ("context_length", None),
+            ("device", "cuda"),
+            ("served_model_name", cfg.model),
+            ("chat_template", None),
+            ("is_embedding", False),
+            ("revision", None),
+            ("host", cfg.host),
+            ("port", cfg.port),
+            ("mem_fraction_static", 0.88),
+            ("max_running_requests", None),
+            ("max_total_tokens", None),
+            ("chunked_prefill_size", 8192),
+            ("max_prefill_tokens", 16384),
+            ("schedule_policy", "fcfs"),
+            ("schedule_conservativeness", 1.0),
+            ("cpu_offload_gb", 0),
+            ("tp_size", cfg.tp),
+            ("stream_interval", 1),
+            ("stream_output", False),
+            ("random_seed", 393109793),
+            ("watchdog_timeout", 300),
+            ("dist_timeout", None),
+            ("download_dir", None),
+            ("base_gpu_id", 0),
+            ("gpu_id_step", 1),
+            ("log_level", "info"),
+            ("log_level_http", None),
+            ("log_requests", False),
+            ("show_time_cost", False),
+            ("enable_metrics", True),
+            ("decode_log_interval", 40),
+            ("api_key", "<redacted>" if cfg.api_key else None),
+            ("file_storage_path", "sglang_storage"),
+            ("enable_cache_report", False),
+            ("reasoning_parser", None),
+            ("dp_size", 1),
+            ("load_balance_method", "round_robin"),
+            ("ep_size", 1),
+            ("dist_init_addr", None),
+            ("nnodes", 1),
+            ("node_rank", 0),
+            ("json_model_override_args", "{}"),
+            ("attention_backend", "flashinfer"),
+            ("sampling_backend", "flashinfer"),
+            ("grammar_backend", "xgrammar"),
+            ("speculative_algorithm", None),
+            ("disable_radix_cache", False),
+            ("disable_cuda_graph", False),
+            ("disable_cuda_graph_padding", False),
+            ("enable_nccl_nvls", False),
+            ("disable_custom_all_reduce", False),
+            ("enable_dp_attention", False),
+            ("enable_ep_moe", False),
+            ("enable_torch_compile", False),
+            ("cuda_graph_max_bs", CAPTURE_BATCH_SIZES[0]),
+            ("cuda_graph_bs", None),
+        ]
+
+    def metrics_text(self) -> str:
+        names = {
+            "prompt_tokens": "prompt_tokens_total",
+            "generation_tokens": "generation_tokens_total",
+            "running": "num_running_reqs",
+            "waiting": "num_queue_reqs",
+            "cache_usage": "token_usage",
+        }
+        return self._metrics("sglang", names)
+
+    # ---- phases
+    def starting(self) -> Iterator[None]:
+        self.console.line(f"INFO {vllm_stamp()} __init__.py:190] Automatically detected platform cuda.")
+        args = ", ".join(f"{key}={value!r}" for key, value in self.server_args())
+        self.main_line(f"server_args=ServerArgs({args})")
+        self.console.line(TRANSFORMERS_CACHE_WARNING)
+        self.console.line("  warnings.warn(")
+        self.pause(0.25)
+        for _rank in range(self.cfg.tp):
+            self.console.line(f"INFO {vllm_stamp()} __init__.py:190] Automatically detected platform cuda.")
+        self.pause(0.25)
+        self.all_ranks("Init torch distributed begin.")
+        self.pause(0.2)
+        self.all_ranks(f"sglang is using nccl=={NCCL_VERSION}")
+        yield
+        if self.cfg.tp > 2:
+            self.all_ranks(CUSTOM_ALLREDUCE_PCIE)
+        self.pause(0.3)
+        self.all_ranks("Init torch distributed ends. mem usage=1.37 GB")
+
+    def loading_weights(self) -> Iterator[None]:
+        self.all_ranks("Load weight begin. avail mem=137.84 GB")
+        for _rank in range(self.cfg.tp):
+            self.console.line(f"{logging_stamp()} - {CUTE_DSL_WARNING}")
+        self.all_ranks(IGNORABLE_MLIR_ERROR)
+        if self.cfg.scenario == "unknown_error":
+            self.rank_line(0, UNKNOWN_ERROR_LINE)
+        self.rank_line(0, "Using model weights format ['*.safetensors']")
+        self.pause(0.05)
+        yield from self.progress_bar(self.cfg.shards, shard_status, share=0.9)
+        self.pause(0.05)
+        self.all_ranks("Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=54.11 GB, mem usage=83.73 GB.")
+
+    def allocating_kv_cache(self) -> Iterator[None]:
+        self.pause(0.6)
+        yield
+        self.all_ranks(f"KV Cache is allocated. #tokens: {KV_TOKENS}, K size: 13.52 GB, V size: 13.52 GB")
+        self.pause(0.4)
+        self.all_ranks("Memory pool end. avail mem=26.32 GB")
+
+    def capturing_cuda_graphs(self) -> Iterator[None]:
+        begin = "Capture cuda graph begin. This can take up to several minutes. avail mem=25.71 GB"
+        started = time.monotonic()
+        self.rank_line(0, begin)
+        total = len(CAPTURE_BATCH_SIZES)
+        # tqdm's first refresh leaves the line open: the next rank's line lands right after it.
+        self.console.write("\r" + bar_status(self._capture_description(0), 0, total, 0.0))
+        for rank in self.ranks():
+            if rank:
+                self.rank_line(rank, begin)
+        self.all_ranks(
+            f"Using default MoE config. Performance might be sub-optimal! Config file not found at {SGL}/layers/moe/fused_moe_triton/configs/{MOE_CONFIG}"
+        )
+        yield from self.progress_bar(total, lambda done, count, elapsed: bar_status(self._capture_description(done), done, count, elapsed), share=0.9)
+        elapsed = time.monotonic() - started
+        for rank in self.ranks():
+            self.rank_line(rank, f"Capture cuda graph end. Time elapsed: {elapsed + rank * 0.01:.2f} s. avail mem=24.93 GB. mem usage=0.78 GB.")
+        self.pause(0.1)
+        self.all_ranks(
+            f"max_total_num_tokens={KV_TOKENS}, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=2048, context_len={CONTEXT_LEN}"
+        )
+
+    @staticmethod
+    def _capture_description(done: int) -> str:
+        index = min(done, len(CAPTURE_BATCH_SIZES) - 1)
+        return f"Capturing batches (bs={CAPTURE_BATCH_SIZES[index]} avail_mem={25.70 - 0.04 * done:.2f} GB)"
+
+    def warming_up(self) -> Iterator[None]:
+        self.main_line(f"INFO:     Started server process [{self.pid}]")
+        self.main_line("INFO:     Waiting for application startup.")
+        self.main_line("INFO:     Application startup complete.")
+        self.bind_port()
+        self.open_http()
+        self.main_line(f"INFO:     Uvicorn running on http://{self.cfg.host}:{self.cfg.port} (Press CTRL+C to quit)")
+        self.pause(0.2)
+        self.access_line(f'127.0.0.1:{self.rng.randint(40000, 60000)} - "GET /model_info HTTP/1.1" 200 OK')
+        yield
+        self.pause(0.6)
+        self.log_batch(prompt_tokens=6)
+        self.pause(0.2)
+        self.access_line(f'127.0.0.1:{self.rng.randint(40000, 60000)} - "POST /generate HTTP/1.1" 200 OK')
+        self.main_line(READY_LINE)
+        self.become_ready()
+
+    # ---- endings
+    def crash(self, phase: str, failure: str) -> NoReturn:
+        rank = self.failing_rank
+        self.rank_line(rank, "Scheduler hit an exception: Traceback (most recent call last):")
+        for line in sglang_traceback(phase, failure, rank, self.pid):
+            self.console.line(line)
+        self.console.line("")
+        self.main_line(SIGQUIT_LINE)
+        kill_self()
+
+    def bind_failed(self, errno: int, strerror: str) -> NoReturn:
+        address = (self.cfg.host, self.cfg.port)
+        self.main_line(f"ERROR:    [Errno {errno}] error while attempting to bind on address {address!r}: {strerror.lower()}")
+        self.main_line("INFO:     Waiting for application shutdown.")
+        self.main_line("INFO:     Application shutdown complete.")
+        raise SystemExit(1)
+
+    def shutdown_lines(self) -> None:
+        self.main_line("INFO:     Shutting down")
+        self.main_line("INFO:     Waiting for application shutdown.")
+        self.main_line("INFO:     Application shutdown complete.")
+        self.main_line(f"INFO:     Finished server process [{self.pid}]")
+
+
+class VllmSimulator(Simulator):
+    """vLLM's wording: ``LEVEL MM-DD HH:MM:SS [file.py:N] message``, workers prefixed with their rank."""
+
+    def log(self, level: str, source: str, message: str, rank: int | None = None) -> None:
+        prefix = "" if rank is None else f"(VllmWorker rank={rank} pid={self.pid + 1 + rank}) "
+        self.console.line(f"{prefix}{level} {vllm_stamp()} [{source}] {message}")
+
+    def each_worker(self, level: str, source: str, message: Callable[[int], str]) -> None:
+        for rank in self.ranks():
+            self.log(level, source, message(rank), rank)
+
+    def main_line(self, message: str) -> None:
+        self.log("INFO", "api_server.py:1351", message)
+
+    def access_line(self, message: str) -> None:
+        self.console.line(f"INFO:     {message}")
+
+    def needs_api_key(self, path: str) -> bool:
+        return path.startswith("/v1")
+
+    def metrics_text(self) -> str:
+        names = {
+            "prompt_tokens": "prompt_tokens_total",
+            "generation_tokens": "generation_tokens_total",
+            "running": "num_requests_running",
+            "waiting": "num_requests_waiting",
+            "cache_usage": "gpu_cache_usage_perc",
+        }
+        return self._metrics("vllm", names)
+
+    # ---- phases
+    def starting(self) -> Iterator[None]:
+        cfg = self.cfg
+        self.log("INFO", "__init__.py:244", "Automatically detected platform cuda.")
+        self.log("INFO", "api_server.py:1395", f"vLLM API server version {VLLM_VERSION}")
+        args = {"model": cfg.model, "host": cfg.host, "port": cfg.port, "trust_remote_code": True, "tensor_parallel_size": cfg.tp}
+        self.log("INFO", "cli_args.py:325", f"non-default args: {args!r}")
+        self.bind_port()
+        self.pause(0.2)
+        self.log("INFO", "config.py:841", "This model supports multiple tasks: {'generate', 'reward', 'classify', 'embed'}. Defaulting to 'generate'.")
+        self.log("INFO", "config.py:2285", "Chunked prefill is enabled with max_num_batched_tokens=8192.")
+        self.log(
+            "WARNING",
+            "multiproc_worker_utils.py:307",
+            "Reducing Torch parallelism from 48 threads to 1 to avoid unnecessary CPU contention. "
+            "Set OMP_NUM_THREADS in the external environment to tune this value as needed.",
+        )
+        self.log("INFO", "core.py:69", f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model={cfg.model!r}, tensor_parallel_size={cfg.tp}")
+        self.pause(0.3)
+        self.each_worker("INFO", "pynccl.py:70", lambda rank: f"vLLM is using nccl=={VLLM_NCCL_VERSION}")
+        yield
+        self.pause(0.2)
+        self.each_worker(
+            "INFO",
+            "parallel_state.py:1076",
+            lambda rank: f"rank {rank} in world size {cfg.tp} is assigned as DP rank 0, PP rank 0, TP rank {rank}, EP rank {rank}",
+        )
+        if cfg.tp > 1:
+            self.each_worker("WARNING", "custom_all_reduce.py:147", lambda rank: CUSTOM_ALLREDUCE_P2P)
+        self.pause(0.3)
+
+    def loading_weights(self) -> Iterator[None]:
+        self.each_worker("INFO", "gpu_model_runner.py:1770", lambda rank: f"Starting to load model {self.cfg.model}...")
+        for _rank in range(self.cfg.tp):
+            self.console.line(f"{logging_stamp()} - {CUTE_DSL_WARNING}")
+        if self.cfg.scenario == "unknown_error":
+            self.log("INFO", "frobnicator.py:7", UNKNOWN_ERROR_LINE, 0)
+        self.log("INFO", "weight_utils.py:292", "Using model weights format ['*.safetensors']", 0)
+        self.pause(0.1)
+        started = time.monotonic()
+        yield from self.progress_bar(self.cfg.shards, shard_status, share=0.9)
+        took = time.monotonic() - started
+        self.each_worker("INFO", "default_loader.py:272", lambda rank: f"Loading weights took {took:.2f} seconds")
+        self.each_worker("INFO", "gpu_model_runner.py:1801", lambda rank: f"Model loading took 83.74 GiB and {took + 0.4:.2f} seconds")
+
+    def allocating_kv_cache(self) -> Iterator[None]:
+        self.pause(0.6)
+        yield
+        self.each_worker("INFO", "gpu_worker.py:232", lambda rank: "Available KV cache memory: 27.03 GiB")
+        self.log("INFO", "kv_cache_utils.py:716", f"GPU KV cache size: {KV_TOKENS:,} tokens")
+        self.log("INFO", "kv_cache_utils.py:720", f"Maximum concurrency for {CONTEXT_LEN:,} tokens per request: {KV_TOKENS / CONTEXT_LEN:.2f}x")
+        self.pause(0.4)
+
+    def capturing_cuda_graphs(self) -> Iterator[None]:
+        started = time.monotonic()
+        shapes = 67
+        yield from self.progress_bar(shapes, lambda done, total, elapsed: bar_status("Capturing CUDA graph shapes", done, total, elapsed), share=0.9)
+        took = time.monotonic() - started
+        self.each_worker("INFO", "gpu_model_runner.py:2326", lambda rank: f"Graph capturing finished in {max(1, round(took))} secs, took 0.71 GiB")
+        self.pause(0.1)
+        self.log("INFO", "core.py:172", f"init engine (profile, create kv cache, warmup model) took {took + 4.2:.2f} seconds")
+
+    def warming_up(self) -> Iterator[None]:
+        self.pause(0.3)
+        yield
+        self.pause(0.7)
+        self.log("INFO", "api_server.py:1457", f"Starting vLLM API server on http://{self.cfg.host}:{self.cfg.port}")
+        self.log("INFO", "launcher.py:29", "Available routes are:")
+        for route, methods in (("/health", "GET"), ("/v1/models", "GET"), ("/v1/completions", "POST"), ("/v1/chat/completions", "POST")):
+            self.log("INFO", "launcher.py:37", f"Route: {route}, Methods: {methods}")
+        self.console.line(f"INFO:     Started server process [{self.pid}]")
+        self.console.line("INFO:     Waiting for application startup.")
+        self.console.line("INFO:     Application startup complete.")
+        self.open_http()
+        self.become_ready()
+        self.console.line(f"INFO:     Uvicorn running on http://{self.cfg.host}:{self.cfg.port} (Press CTRL+C to quit)")
+
+    # ---- endings
+    def crash(self, phase: str, failure: str) -> NoReturn:
+        rank = self.failing_rank
+        worker_source = "multiproc_executor.py:527"
+        self.log("ERROR", worker_source, "WorkerProc hit an exception." if phase == SERVING else "WorkerProc failed to start.", rank)
+        worker_lines = render_frames(VLLM_PHASE_FRAMES[phase] + failure_tail(VLLM, failure)) + exception_lines(phase, failure, rank, self.pid)
+        for line in ["Traceback (most recent call last):", *worker_lines]:
+            self.log("ERROR", worker_source, line, rank)
+        if phase == SERVING:
+            self._engine_dead()
+        else:
+            self._engine_failed_to_start()
+        raise SystemExit(1)
+
+    def _engine_failed_to_start(self) -> None:
+        self.log("ERROR", "core.py:586", "EngineCore failed to start.")
+        engine_lines = [
+            *render_frames(VLLM_ENGINE_CORE_FRAMES),
+            "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause.",
+        ]
+        for line in ["Traceback (most recent call last):", *engine_lines]:
+            self.log("ERROR", "core.py:586", line)
+        self.console.line("Traceback (most recent call last):")
+        for line in render_frames(VLLM_CLI_FRAMES):
+            self.console.line(line)
+        self.console.line("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+    def _engine_dead(self) -> None:
+        self.log("ERROR", "core.py:517", "EngineCore encountered a fatal error.")
+        self.log("ERROR", "async_llm.py:420", "AsyncLLM output_handler failed.")
+        self.log(
+            "ERROR",
+            "async_llm.py:420",
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        )
+        self.shutdown_lines()
+
+    def bind_failed(self, errno: int, strerror: str) -> NoReturn:
+        self.console.line("Traceback (most recent call last):")
+        frames = (
+            *VLLM_CLI_FRAMES,
+            Frame(f"{VLLM}/entrypoints/openai/api_server.py", 1348, "run_server", "sock = create_server_socket(sock_addr)"),
+            Frame(f"{VLLM}/entrypoints/openai/api_server.py", 1322, "create_server_socket", "sock.bind(addr)"),
+        )
+        for line in render_frames(frames):
+            self.console.line(line)
+        self.console.line(f"OSError: [Errno {errno}] {strerror}")
+        raise SystemExit(1)
+
+    def shutdown_lines(self) -> None:
+        self.log("INFO", "launcher.py:80", "Shutting down FastAPI HTTP server.")
+        self.console.line("INFO:     Shutting down")
+        self.console.line("INFO:     Waiting for application shutdown.")
+        self.console.line("INFO:     Application shutdown complete.")
+
+
+def build_simulator(cfg: Config, console: Console) -> Simulator:
+    flavour = VllmSimulator if cfg.engine == "vllm" else SglangSimulator
+    return flavour(cfg, console)
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    try:
+        cfg = Config.from_env(os.environ if env is None else env)
+    except ConfigError as exc:
+        sys.stderr.write(f"sglang_sim: {exc}\n")
+        return 2
+    return build_simulator(cfg, Console(sys.stdout.buffer)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Fixtures for integration tests against real systemd hosts (systemd-nspawn containers over SSH).
+
+``fleet`` (session): a booted :class:`tests.harness.fleet.Fleet` of ``$INFEROPS_FLEET_HOSTS`` hosts
+(default 3), torn down at the end of the session, also when tests fail or on Ctrl-C.
+``sim_host`` (function): the first host with the simulator stopped, reset and without a scenario.
+``ansible_bin``: the directory of the ansible executables of this interpreter's venv.
+``run_playbook``: a callable that runs ``ansible-playbook`` for real against the fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.fleet import Fleet, missing_prerequisites
+
+DEFAULT_HOSTS = 3
+
+
+@pytest.fixture(scope="session")
+def fleet() -> Iterator[Fleet]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: boots systemd-nspawn containers (make test runs as root)")
+    problems = missing_prerequisites()
+    if problems:
+        pytest.fail("cannot boot the test fleet: " + "; ".join(problems))
+    count = int(os.environ.get("INFEROPS_FLEET_HOSTS", DEFAULT_HOSTS))
+    booted = Fleet()
+    try:
+        booted.up(count)
+        yield booted
+    finally:
+        booted.down()
+    leftovers = booted.leftovers()
+    assert not leftovers, f"fleet teardown left things behind: {leftovers}"
+
+
+@pytest.fixture
+def sim_host(fleet: Fleet) -> Iterator[str]:
+    host = fleet.hosts[0]
+    fleet.reset(host)
+    yield host
+    fleet.reset(host)
+
+
+@pytest.fixture(scope="session")
+def ansible_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class PlaybookRun:
+    """The outcome of one ansible-playbook run: exit code, output, and wall time."""
+
+    def __init__(self, process: subprocess.CompletedProcess[str], elapsed: float) -> None:
+        self.returncode = process.returncode
+        self.stdout = process.stdout
+        self.stderr = process.stderr
+        self.elapsed = elapsed
+
+    def __repr__(self) -> str:
+        return f"PlaybookRun(rc={self.returncode}, elapsed={self.elapsed:.1f}s)\n{self.stdout[-6000:]}\n{self.stderr[-2000:]}"
+
+
+RunPlaybook = Callable[..., PlaybookRun]
+
+
+@pytest.fixture(scope="session")
+def run_playbook(fleet: Fleet, ansible_bin: Path) -> RunPlaybook:
+    """``run_playbook(playbook, *args, extra_vars={...}, limit=None, timeout=600)``: a real
+    ``ansible-playbook`` run from the repository root against the fleet's inventory."""
+
+    def run(playbook: str | Path, *args: str, extra_vars: dict[str, object] | None = None, limit: str | None = None, timeout: float = 600) -> PlaybookRun:
+        cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(playbook), *args]
+        if extra_vars:
+            cmd += ["-e", json.dumps(extra_vars)]
+        if limit:
+            cmd += ["--limit", limit]
+        env = fleet.ansible_env()
+        env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+        started = time.monotonic()
+        process = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        return PlaybookRun(process, time.monotonic() - started)
+
+    return run
