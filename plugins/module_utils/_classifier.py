@@ -42,18 +42,24 @@ _DIGIT_MASK = bytes.maketrans(b"0123456789", b"0000000000")
 # Shape-cache decisions: count the line, remember it as the latest bar state, or look closer.
 
 
+_COUNT, _BAR, _RULED, _BLOB_KIND = "count", "bar", "ruled", "blob"
+
+
 class _Decision:
-    """What every line of one shape shares: how to count it and, for ruled lines, the rule."""
+    """What every line of one digit-masked shape shares: how to count it, the rule that decided,
+    and the event key of its message."""
 
-    __slots__ = ("kind", "rule")
+    __slots__ = ("counted", "key", "kind", "rule")
 
-    def __init__(self, kind: str, rule: Rule | None = None) -> None:
+    def __init__(self, kind: str, rule: Rule | None = None, counted: str = "info", key: str | None = None) -> None:
         self.kind = kind
         self.rule = rule
+        self.counted = rule.rule_class if rule is not None else counted
+        self.key = key
 
 
-_INFO = _Decision("info")
-_BLOB = _Decision("blob")
+_INFO = _Decision(_COUNT)
+_BLOB = _Decision(_BLOB_KIND)
 
 
 _MASKABLE = re.compile(
@@ -150,6 +156,11 @@ class Event:
         return result
 
 
+def _bar_line(data: bytes, found: tuple[int, int, int, Rule]) -> tuple[bytes, int, str | None, Rule]:
+    start, end, number, rule = found
+    return data[start:end], number, None, rule
+
+
 def _latest_update(shape: bytes) -> bytes:
     """The part of a carriage-return line a terminal would show last."""
     shape = shape.rstrip(b"\r")
@@ -184,6 +195,14 @@ class _OpenTraceback:
             self.lines.append(line.text)
             self.dropped += 1
 
+    def text(self) -> list[str]:
+        lines = list(self.lines)
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if self.dropped:
+            lines.insert(MAX_TRACEBACK_LINES // 3, f"... {self.dropped} lines left out ...")
+        return lines
+
     @property
     def line_count(self) -> int:
         return len(self.lines) + self.dropped
@@ -215,11 +234,15 @@ class Scanner:
         """Feed raw engine output or journalctl text; lines may span chunks."""
         if isinstance(chunk, str):
             chunk = chunk.encode("utf-8", "surrogateescape")
-        data = self._tail + chunk if self._tail else chunk
-        cut = data.rfind(b"\n") + 1
-        self._tail = data[cut:]
-        if cut:
-            self._scan_block(data[:cut])
+        if self._tail:
+            # complete the line left over from the previous chunk on its own, without copying the chunk
+            head, newline, chunk = chunk.partition(b"\n")
+            if not newline:
+                self._tail += head
+                return
+            line, self._tail = self._tail + head, b""
+            self.feed_line(line)
+        self._scan_block(chunk)
 
     def feed_records(self, records: t.Iterable[t.Mapping[str, t.Any]]) -> None:
         """Feed journal records (``journalctl -o json`` objects)."""
@@ -230,59 +253,83 @@ class Scanner:
     def feed_line(self, raw: bytes | str, pid: str | None = None) -> None:
         """Feed one line (one journal record's message)."""
         data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
+        self.line_number += 1
         self._take(_latest_update(data.translate(_DIGIT_MASK)), data, pid)
 
-    def _scan_block(self, block: bytes) -> None:
-        raws = block.split(b"\n")
-        raws.pop()
-        shapes = block.translate(_DIGIT_MASK).split(b"\n")
+    def _scan_block(self, data: bytes) -> None:
+        """Classify the complete lines of ``data`` and keep the incomplete last one for later.
+
+        This loop runs once per line of a possibly huge log, so the common cases are inline and
+        counted in locals; everything else goes through ``_take``. Raw lines are sliced out of
+        ``data`` only when needed: the digit mask keeps every line's length and position.
+        """
+        shapes = data.translate(_DIGIT_MASK).split(b"\n")
+        self._tail = data[len(data) - len(shapes.pop()) :]
         cache = self._shapes
         counts = self.counts
-        for shape, raw in zip(shapes, raws):
+        number = self.line_number
+        info = progress = 0
+        start = 0
+        latest_bar: tuple[int, int, int, Rule] | None = None
+        tracing = self._traceback is not None
+        for shape in shapes:
+            number += 1
+            end = start + len(shape)
             if b"\r" in shape:
-                shape = _latest_update(shape)
-            known = cache.get(shape) if self._traceback is None else None
-            # the common cases inline: this loop runs once per line of a possibly huge log
+                shape = shape.rstrip(b"\r")
+                shape = shape[shape.rfind(b"\r") + 1 :]
+            known = None if tracing else cache.get(shape)
             if known is _INFO:
-                self.line_number += 1
-                counts["info"] += 1
-            elif known is not None and known.kind == "bar":
-                self.line_number += 1
-                counts["progress"] += 1
-                self._pending_bar = (raw, self.line_number, None, known.rule)
+                info += 1
+            elif known is not None and known.kind is _COUNT:
+                counts[known.counted] += 1
+            elif known is not None and known.kind is _BAR:
+                progress += 1
+                latest_bar = (start, end, number, known.rule)  # type: ignore[assignment]
             else:
-                self._take(shape, raw, None)
+                if latest_bar is not None:
+                    self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
+                self.line_number = number
+                self._take(shape, data[start:end], None)
+                tracing = self._traceback is not None
+            start = end + 1
+        if latest_bar is not None:
+            self._pending_bar = _bar_line(data, latest_bar)
+        self.line_number = number
+        counts["info"] += info
+        counts["progress"] += progress
 
     def _take(self, shape: bytes, raw: bytes, pid: str | None) -> None:
-        self.line_number += 1
+        """One line at number ``self.line_number``: from the shape cache, or classified from scratch."""
         known = self._shapes.get(shape) if self._traceback is None else None
         if known is not None:
-            self._take_known(known, raw, pid)
+            self._take_known(shape, known, raw, pid)
             return
         learnable = self._traceback is None
         decision = self._classify_raw(raw, self.line_number, pid)
         if learnable and decision is not None and len(self._shapes) < MAX_SHAPES and not self.rules.shape_is_ambiguous(decode(shape)):
             self._shapes[shape] = decision
 
-    def _take_known(self, known: _Decision, raw: bytes, pid: str | None) -> None:
+    def _take_known(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None) -> None:
         """A line whose shape was seen before: count it, and look closer only where it adds something."""
-        if known is _INFO:
-            self.counts["info"] += 1
-        elif known is _BLOB:
-            self.counts["info"] += 1
+        if known is _BLOB:
             self.blob_lines += 1
-        elif known.rule is not None and known.kind == "bar":
-            self.counts["progress"] += 1
+        if known.kind is _BAR and known.rule is not None:
             self._pending_bar = (raw, self.line_number, pid, known.rule)
-        elif known.rule is not None:
-            self._take_ruled(known.rule, raw, pid)
-
-    def _take_ruled(self, rule: Rule, raw: bytes, pid: str | None) -> None:
+        if known.kind is not _RULED or known.rule is None:
+            self.counts[known.counted] += 1
+            return
+        rule = known.rule
         self.counts[rule.rule_class] += 1
+        if rule.rule_class in self.events or self._adds_to_state(rule):
+            self._apply(rule, parse(clean(raw)[-1], self.line_number, pid), known.key)
+        else:
+            # a milestone already passed stays passed: from now on lines of this shape are only counted
+            self._shapes[shape] = _Decision(_COUNT, rule)
+
+    def _adds_to_state(self, rule: Rule) -> bool:
         advances = rule.phase is not None and PHASES.index(rule.phase) > PHASES.index(self.phase)
-        first_ready = rule.rule_class == "ready" and self.ready_line is None
-        if rule.rule_class in self.events or advances or first_ready:
-            self._apply(rule, parse(clean(raw)[-1], self.line_number, pid))
+        return advances or (rule.rule_class == "ready" and self.ready_line is None)
 
     # -- classification -----------------------------------------------------------------------
 
@@ -307,13 +354,14 @@ class Scanner:
             self.counts["info"] += 1
             return _INFO
         self.counts[rule.rule_class] += 1
-        self._apply(rule, line)
-        return _Decision("bar" if rule.bar else "ruled", rule)
+        key = mask(line.message.strip())
+        self._apply(rule, line, key)
+        return _Decision(_BAR if rule.bar else _RULED, rule, key=key)
 
-    def _apply(self, rule: Rule, line: ParsedLine) -> None:
+    def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
         """What a classified line adds to the report (its count is already taken)."""
         if rule.rule_class in self.events:
-            self._record(rule.rule_class, rule, line)
+            self._record(rule.rule_class, rule, line, key=key)
         elif rule.rule_class == "ready" and self.ready_line is None:
             self.ready_line = line.number
         if rule.phase:
@@ -321,16 +369,16 @@ class Scanner:
         if rule.bar:
             self._read_bar(line)
 
-    def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, count: int = 1) -> Event | None:
+    def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str | None = None) -> Event | None:
         bucket = self.events[event_class]
-        key = (rule.id if rule else None, mask(line.message.strip()))
-        event = bucket.get(key)
+        event_key = (rule.id if rule else None, key if key is not None else mask(line.message.strip()))
+        event = bucket.get(event_key)
         if event is None:
             if len(bucket) >= MAX_EVENTS_PER_CLASS:
                 self.dropped_events += 1
                 return None
-            event = bucket[key] = Event(event_class, rule, line, key[1])
-        event.add(line, count)
+            event = bucket[event_key] = Event(event_class, rule, line, event_key[1])
+        event.add(line)
         return event
 
     def _enter_phase(self, phase: str, line: ParsedLine) -> None:
@@ -401,7 +449,7 @@ class Scanner:
         if traceback is None:
             return
         self._traceback = None
-        header = traceback.header
+        header, last_number = traceback.header, traceback.last.number
         if traceback.exception is not None:
             summary = traceback.exception
         else:
@@ -416,10 +464,10 @@ class Scanner:
         self.counts[event_class] += traceback.line_count
         event = self._record(event_class, rule, summary)
         if event is not None:
-            event.last_line = max(event.last_line, traceback.last.number)
+            event.last_line = max(event.last_line, last_number)
             if event.traceback is None:
                 event.context = traceback.context
-                event.traceback = traceback.lines + ([f"... {traceback.dropped} more lines"] if traceback.dropped else [])
+                event.traceback = traceback.text()
 
     # -- report ------------------------------------------------------------------------------
 
@@ -427,7 +475,7 @@ class Scanner:
         """Flush what is pending and build the report."""
         if self._tail:
             tail, self._tail = self._tail, b""
-            self._take(tail.translate(_DIGIT_MASK), tail, None)
+            self.feed_line(tail)
         self._flush_bar()
         self._close_traceback()
         return self.report()

@@ -126,7 +126,7 @@ def validate_rule(spec: t.Any, source: str, index: int, default_class: str) -> R
             raise RuleError(f"{where}: 'levels' must be a list of {', '.join(LEVELS)}")
         for level in levels:
             _check_choice(where, "levels", level, LEVELS)
-    return Rule(spec, source, default_class)
+    return Rule(spec, f"{source} #{index + 1}", default_class)
 
 
 def _check_choice(where: str, key: str, value: t.Any, choices: tuple[str, ...]) -> None:

@@ -100,6 +100,7 @@ BAR_BLOCKS = " \u258f\u258e\u258d\u258c\u258b\u258a\u2589\u2588"
 CAPTURE_BATCH_SIZES = (128, 120, 112, 104, 96, 88, 80, 72, 64, 56, 48, 40, 32, 24, 16, 12, 8, 4, 2, 1)
 MOE_CONFIG = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
 CUTE_DSL_WARNING = "CUTE_DSL - WARNING - [handle_import_error] - Unexpected error during package walk: cutlass.cute.experimental"
+CUTE_DSL_PACKAGE_WALK = "Unexpected error during package walk: cutlass.cute.experimental"
 CUSTOM_ALLREDUCE_PCIE = (
     "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
     "To silence this warning, specify disable_custom_all_reduce=True explicitly."
@@ -1157,8 +1158,8 @@ class SglangSimulator(Simulator):
 
     def loading_weights(self) -> Iterator[None]:
         self.all_ranks("Load weight begin. avail mem=137.84 GB")
-        for _rank in range(self.cfg.tp):
-            self.console.line(f"{logging_stamp()} - {CUTE_DSL_WARNING}")
+        # each TP scheduler process imports CUTE_DSL and logs its handled import error through SGLang's logger
+        self.all_ranks(CUTE_DSL_PACKAGE_WALK)
         self.all_ranks(IGNORABLE_MLIR_ERROR)
         if self.cfg.scenario == "unknown_error":
             self.rank_line(0, UNKNOWN_ERROR_LINE)

@@ -1,0 +1,599 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The journal classifier: parsed lines -> classified events -> a report with a verdict.
+
+One implementation for every caller: the filters on the controller, the modules on the target.
+Standard library only, no Ansible imports.
+
+Speed: a log is mostly lines that need nothing but counting, and lines repeat with only their
+numbers changed (timestamps, ranks, counters, progress figures). Lines are therefore looked up
+by their *shape* (digits masked) and only the first line of each shape, and every line that can
+matter (errors, warnings, milestones, tracebacks), goes through the full parse and rule match.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import typing as t
+
+from ._lines import (
+    BLOB_PLACEHOLDER,
+    FORM_JSON,
+    ParsedLine,
+    clean,
+    decode,
+    detect_form,
+    parse,
+    record_message,
+)
+from ._rule_packs import ENGINE_PACKS, PACKS
+from ._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
+
+__all__ = ["RuleError", "Scanner", "classify", "classify_line", "load_rules"]
+
+ENGINES = tuple(ENGINE_PACKS)
+MAX_EVENTS_PER_CLASS = 200
+MAX_TRACEBACK_LINES = 60
+MAX_SHAPES = 50_000
+TEXT_CHUNK = 1 << 22
+
+_DIGIT_MASK = bytes.maketrans(b"0123456789", b"0000000000")
+# Shape-cache decisions: count the line, remember it as the latest bar state, or look closer.
+
+
+_COUNT, _BAR, _RULED, _BLOB_KIND = "count", "bar", "ruled", "blob"
+
+
+class _Decision:
+    """What every line of one digit-masked shape shares: how to count it, the rule that decided,
+    and the event key of its message."""
+
+    __slots__ = ("counted", "key", "kind", "rule")
+
+    def __init__(self, kind: str, rule: Rule | None = None, counted: str = "info", key: str | None = None) -> None:
+        self.kind = kind
+        self.rule = rule
+        self.counted = rule.rule_class if rule is not None else counted
+        self.key = key
+
+
+_INFO = _Decision(_COUNT)
+_BLOB = _Decision(_BLOB_KIND)
+
+
+_MASKABLE = re.compile(
+    r"(?P<path>(?:[\w.\-~]*/[\w.\-]+){2,}/?)"
+    r"|(?P<hex>\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]*\d[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b(?<=\w{8}))"
+    r"|(?P<num>[-+]?\d+(?:\.\d+)?)"
+)
+_MASK_TEXT = {"path": "<path>", "hex": "<id>", "num": "<n>"}
+_MASK_REGEX = {"path": r"\S+", "hex": r"[0-9a-fA-Fx]+", "num": r"[-+]?[\d.]+"}
+_BAR_FIGURES = re.compile(r"(\d+)%.*?(\d+)/(\d+)")
+_SLUG = re.compile(r"[^a-z0-9]+")
+TRACEBACK_LINE = "Traceback (most recent call last):"
+
+
+def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled: t.Iterable[str] | None = None) -> RuleSet:
+    """The shipped packs for an engine plus the user's rules, compiled."""
+    if engine not in ENGINE_PACKS:
+        raise RuleError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    packs = [(name, PACKS[name]) for name in ENGINE_PACKS[engine]]
+    return build_ruleset(packs, extra_rules, disabled)
+
+
+def mask(message: str) -> str:
+    """The message with numbers, paths and ids replaced: identical failures on different ranks
+    or at different times share this key."""
+    return _MASKABLE.sub(lambda match: _MASK_TEXT[match.lastgroup or "num"], message)
+
+
+def suggest_rule(message: str, event_class: str = "allowlisted") -> dict[str, t.Any]:
+    """An allowlist rule a user can paste: the message family as a pattern, variable parts masked."""
+    text = message.strip()[:160]
+    parts: list[str] = []
+    position = 0
+    for match in _MASKABLE.finditer(text):
+        parts.append(re.escape(text[position : match.start()]))
+        parts.append(_MASK_REGEX[match.lastgroup or "num"])
+        position = match.end()
+    parts.append(re.escape(text[position:]))
+    words = _SLUG.sub("-", mask(text).lower().replace("<n>", "").replace("<path>", "").replace("<id>", "")).strip("-")
+    return {
+        "id": "local-" + "-".join(words.split("-")[:6]),
+        "class": event_class,
+        "pattern": "".join(parts),
+        "reason": "TODO: say why this line is harmless",
+        "reference": f"seen on {datetime.date.today().isoformat()}",
+    }
+
+
+class Event:
+    """Lines of one class and one message family, deduplicated across ranks and repeats."""
+
+    __slots__ = ("context", "count", "event_class", "first_line", "first_timestamp", "key", "last_line", "last_timestamp", "level", "message", "ranks", "rule", "traceback")
+
+    def __init__(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str) -> None:
+        self.event_class = event_class
+        self.rule = rule
+        self.key = key
+        self.message = line.message.strip()
+        self.level = line.level
+        self.count = 0
+        self.ranks: set[str] = set()
+        self.first_line = self.last_line = line.number
+        self.first_timestamp = self.last_timestamp = line.timestamp
+        self.context: str | None = None
+        self.traceback: list[str] | None = None
+
+    def add(self, line: ParsedLine, count: int = 1) -> None:
+        self.count += count
+        if line.rank:
+            self.ranks.add(line.rank)
+        self.last_line = line.number
+        self.last_timestamp = line.timestamp or self.last_timestamp
+
+    def as_dict(self) -> dict[str, t.Any]:
+        result: dict[str, t.Any] = {
+            "message": self.message,
+            "count": self.count,
+            "ranks": sorted(self.ranks, key=_rank_order),
+            "rule": self.rule.id if self.rule else None,
+            "reason": self.rule.reason if self.rule else None,
+            "level": self.level,
+            "first_line": self.first_line,
+            "last_line": self.last_line,
+            "first_timestamp": self.first_timestamp,
+            "last_timestamp": self.last_timestamp,
+            "key": self.key,
+        }
+        if self.context:
+            result["context"] = self.context
+        if self.traceback is not None:
+            result["traceback"] = self.traceback
+        if self.event_class == "unrecognized":
+            result["suggested_rule"] = suggest_rule(self.message)
+        return result
+
+
+def _latest_update(shape: bytes) -> bytes:
+    """The part of a carriage-return line a terminal would show last."""
+    shape = shape.rstrip(b"\r")
+    return shape[shape.rfind(b"\r") + 1 :]
+
+
+def _rank_order(rank: str) -> tuple[str, int]:
+    digits = "".join(ch for ch in rank if ch.isdigit())
+    return (rank.rstrip("0123456789"), int(digits) if digits else -1)
+
+
+class _OpenTraceback:
+    """A traceback being read: header, frames, and (once seen) the exception line."""
+
+    def __init__(self, header: ParsedLine) -> None:
+        self.header = header
+        self.stream = header.stream
+        self.lines = [header.text]
+        self.dropped = 0
+        self.exception: ParsedLine | None = None
+        self.last = header
+        context = header.message.rstrip()[: -len(TRACEBACK_LINE)].rstrip(" :")
+        self.context = context or None
+
+    def add(self, line: ParsedLine) -> None:
+        self.last = line
+        if len(self.lines) < MAX_TRACEBACK_LINES:
+            self.lines.append(line.text)
+        else:
+            # keep the head and the tail: the tail names the exception
+            self.lines[MAX_TRACEBACK_LINES // 3 : MAX_TRACEBACK_LINES // 3 + 1] = []
+            self.lines.append(line.text)
+            self.dropped += 1
+
+    def text(self) -> list[str]:
+        lines = list(self.lines)
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if self.dropped:
+            lines.insert(MAX_TRACEBACK_LINES // 3, f"... {self.dropped} lines left out ...")
+        return lines
+
+    @property
+    def line_count(self) -> int:
+        return len(self.lines) + self.dropped
+
+
+class Scanner:
+    """Streams log input and aggregates it into a report. Memory stays bounded by the evidence kept."""
+
+    def __init__(self, rules: RuleSet, strict: bool = False, line_offset: int = 0) -> None:
+        self.rules = rules
+        self.strict = strict
+        self.line_number = line_offset
+        self.counts = dict.fromkeys(CLASSES, 0)
+        self.events: dict[str, dict[tuple[str | None, str], Event]] = {name: {} for name in ("fatal", "allowlisted", "unrecognized")}
+        self.dropped_events = 0
+        self.ready_line: int | None = None
+        self.phase = "starting"
+        self.phases: list[dict[str, t.Any]] = []
+        self.progress: dict[str, t.Any] | None = None
+        self.blob_lines = 0
+        self._shapes: dict[bytes, _Decision] = {}
+        self._pending_bar: tuple[bytes, int, str | None, Rule] | None = None
+        self._traceback: _OpenTraceback | None = None
+        self._tail = b""
+
+    # -- input ------------------------------------------------------------------------------
+
+    def feed_text(self, chunk: bytes | str) -> None:
+        """Feed raw engine output or journalctl text; lines may span chunks."""
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8", "surrogateescape")
+        if self._tail:
+            # complete the line left over from the previous chunk on its own, without copying the chunk
+            head, newline, chunk = chunk.partition(b"\n")
+            if not newline:
+                self._tail += head
+                return
+            line, self._tail = self._tail + head, b""
+            self.feed_line(line)
+        self._scan_block(chunk)
+
+    def feed_records(self, records: t.Iterable[t.Mapping[str, t.Any]]) -> None:
+        """Feed journal records (``journalctl -o json`` objects)."""
+        for record in records:
+            pid = record.get("_PID")
+            self.feed_line(record_message(record), str(pid) if pid else None)
+
+    def feed_line(self, raw: bytes | str, pid: str | None = None) -> None:
+        """Feed one line (one journal record's message)."""
+        data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
+        self.line_number += 1
+        self._take(_latest_update(data.translate(_DIGIT_MASK)), data, pid)
+
+    def _scan_block(self, data: bytes) -> None:
+        """Classify the complete lines of ``data`` and keep the incomplete last one for later.
+
+        This loop runs once per line of a possibly huge log, so the common cases are inline and
+        counted in locals; everything else goes through ``_take``. Raw lines are sliced out of
+        ``data`` only when needed: the digit mask keeps every line's length and position.
+        """
+        shapes = data.translate(_DIGIT_MASK).split(b"\n")
+        self._tail = data[len(data) - len(shapes.pop()) :]
+        cache = self._shapes
+        counts = self.counts
+        number = self.line_number
+        info = progress = 0
+        start = 0
+        latest_bar: tuple[bytes, int, None, Rule] | None = None
+        tracing = self._traceback is not None
+        for shape in shapes:
+            number += 1
+            end = start + len(shape)
+            if b"\r" in shape:
+                shape = shape.rstrip(b"\r")
+                shape = shape[shape.rfind(b"\r") + 1 :]
+            known = None if tracing else cache.get(shape)
+            if known is _INFO:
+                info += 1
+            elif known is not None and known.kind is _COUNT:
+                counts[known.counted] += 1
+            elif known is not None and known.kind is _BAR:
+                progress += 1
+                latest_bar = (data[start:end], number, None, known.rule)  # type: ignore[assignment]
+            else:
+                if latest_bar is not None:
+                    self._pending_bar, latest_bar = latest_bar, None
+                self.line_number = number
+                self._take(shape, data[start:end], None)
+                tracing = self._traceback is not None
+            start = end + 1
+        if latest_bar is not None:
+            self._pending_bar = latest_bar
+        self.line_number = number
+        counts["info"] += info
+        counts["progress"] += progress
+
+    def _take(self, shape: bytes, raw: bytes, pid: str | None) -> None:
+        """One line at number ``self.line_number``: from the shape cache, or classified from scratch."""
+        known = self._shapes.get(shape) if self._traceback is None else None
+        if known is not None:
+            self._take_known(shape, known, raw, pid)
+            return
+        learnable = self._traceback is None
+        decision = self._classify_raw(raw, self.line_number, pid)
+        if learnable and decision is not None and len(self._shapes) < MAX_SHAPES and not self.rules.shape_is_ambiguous(decode(shape)):
+            self._shapes[shape] = decision
+
+    def _take_known(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None) -> None:
+        """A line whose shape was seen before: count it, and look closer only where it adds something."""
+        if known is _BLOB:
+            self.blob_lines += 1
+        if known.kind is _BAR and known.rule is not None:
+            self._pending_bar = (raw, self.line_number, pid, known.rule)
+        if known.kind is not _RULED or known.rule is None:
+            self.counts[known.counted] += 1
+            return
+        rule = known.rule
+        self.counts[rule.rule_class] += 1
+        if rule.rule_class in self.events or self._adds_to_state(rule):
+            self._apply(rule, parse(clean(raw)[-1], self.line_number, pid), known.key)
+        else:
+            # a milestone already passed stays passed: from now on lines of this shape are only counted
+            self._shapes[shape] = _Decision(_COUNT, rule)
+
+    def _adds_to_state(self, rule: Rule) -> bool:
+        advances = rule.phase is not None and PHASES.index(rule.phase) > PHASES.index(self.phase)
+        return advances or (rule.rule_class == "ready" and self.ready_line is None)
+
+    # -- classification -----------------------------------------------------------------------
+
+    def _classify_raw(self, raw: bytes | str, number: int, pid: str | None) -> _Decision | None:
+        """Classify a line from scratch; returns what lines of the same shape can reuse, if anything."""
+        segments = clean(raw)
+        decisions = [self._classify_segment(parse(text, number, pid)) for text in segments]
+        return decisions[0] if len(decisions) == 1 else None
+
+    def _classify_segment(self, line: ParsedLine) -> _Decision | None:
+        if self._traceback is not None and self._continue_traceback(line):
+            return None
+        if line.message == BLOB_PLACEHOLDER:
+            self.blob_lines += 1
+            self.counts["info"] += 1
+            return _BLOB
+        if line.opens_traceback():
+            self._traceback = _OpenTraceback(line)
+            return None
+        rule = self.rules.match(line.message, line.level)
+        if rule is None or rule.rule_class == "info":
+            self.counts["info"] += 1
+            return _INFO
+        self.counts[rule.rule_class] += 1
+        key = mask(line.message.strip())
+        self._apply(rule, line, key)
+        return _Decision(_BAR if rule.bar else _RULED, rule, key=key)
+
+    def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
+        """What a classified line adds to the report (its count is already taken)."""
+        if rule.rule_class in self.events:
+            self._record(rule.rule_class, rule, line, key=key)
+        elif rule.rule_class == "ready" and self.ready_line is None:
+            self.ready_line = line.number
+        if rule.phase:
+            self._enter_phase(rule.phase, line)
+        if rule.bar:
+            self._read_bar(line)
+
+    def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str | None = None) -> Event | None:
+        bucket = self.events[event_class]
+        event_key = (rule.id if rule else None, key if key is not None else mask(line.message.strip()))
+        event = bucket.get(event_key)
+        if event is None:
+            if len(bucket) >= MAX_EVENTS_PER_CLASS:
+                self.dropped_events += 1
+                return None
+            event = bucket[event_key] = Event(event_class, rule, line, event_key[1])
+        event.add(line)
+        return event
+
+    def _enter_phase(self, phase: str, line: ParsedLine) -> None:
+        if PHASES.index(phase) <= PHASES.index(self.phase) and self.phases:
+            return
+        self._flush_bar()
+        self.phase = phase
+        self.phases.append({"phase": phase, "line": line.number, "timestamp": line.timestamp})
+
+    def _read_bar(self, line: ParsedLine) -> None:
+        figures = _BAR_FIGURES.search(line.message)
+        if not figures:
+            return
+        percent, done, total = (int(value) for value in figures.groups())
+        description = line.message[: figures.start()].rstrip(" :|")
+        unit = "shards" if "shard" in description.lower() else "batches" if "batch" in description.lower() else "steps"
+        self.progress = {
+            "phase": self.phase,
+            "description": description,
+            "percent": percent,
+            "done": done,
+            "total": total,
+            "text": f"{self.phase.replace('_', ' ')} {percent}% ({done}/{total} {unit})",
+            "line": line.number,
+        }
+
+    def _flush_bar(self) -> None:
+        """Read the latest bar state, deferred so that a bar updated a million times is read once."""
+        if self._pending_bar is None:
+            return
+        raw, number, pid, rule = self._pending_bar
+        self._pending_bar = None
+        line = parse(clean(raw)[0], number, pid)
+        if rule.phase:
+            self._enter_phase(rule.phase, line)
+        self._read_bar(line)
+
+    # -- tracebacks -----------------------------------------------------------------------------
+
+    def _continue_traceback(self, line: ParsedLine) -> bool:
+        """Add the line to the open traceback if it belongs there; close the traceback when it ends."""
+        traceback = self._traceback
+        assert traceback is not None
+        if line.stream != traceback.stream:
+            return False
+        if traceback.exception is not None:
+            if line.chains_traceback() or not line.message.strip():
+                traceback.add(line)
+                return True
+            if line.opens_traceback() and (traceback.last.chains_traceback() or not traceback.last.message.strip()):
+                traceback.exception = None
+                traceback.add(line)
+                return True
+            self._close_traceback()
+            return False
+        if line.is_frame() or line.chains_traceback() or line.opens_traceback():
+            traceback.add(line)
+            return True
+        if line.tagged and traceback.stream is None:
+            self._close_traceback()
+            return False
+        traceback.exception = line
+        traceback.add(line)
+        return True
+
+    def _close_traceback(self) -> None:
+        traceback = self._traceback
+        if traceback is None:
+            return
+        self._traceback = None
+        header, last_number = traceback.header, traceback.last.number
+        if traceback.exception is not None:
+            summary = traceback.exception
+        else:
+            summary = parse(f"{header.message.strip()} (traceback cut short; last line: {traceback.last.message.strip()})", header.number)
+        summary.rank = header.rank or summary.rank
+        summary.timestamp = header.timestamp or summary.timestamp
+        summary.number = header.number
+        rule = self.rules.match(summary.message, summary.level) or self.rules.match(header.message, header.level)
+        event_class = "allowlisted" if rule is not None and rule.rule_class == "allowlisted" else "fatal"
+        if event_class == "fatal" and (rule is None or rule.rule_class != "fatal"):
+            rule = self.rules.match(TRACEBACK_LINE, "none")
+        self.counts[event_class] += traceback.line_count
+        event = self._record(event_class, rule, summary)
+        if event is not None:
+            event.last_line = max(event.last_line, last_number)
+            if event.traceback is None:
+                event.context = traceback.context
+                event.traceback = traceback.text()
+
+    # -- report ------------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, t.Any]:
+        """Flush what is pending and build the report."""
+        if self._tail:
+            tail, self._tail = self._tail, b""
+            self.feed_line(tail)
+        self._flush_bar()
+        self._close_traceback()
+        return self.report()
+
+    def report(self) -> dict[str, t.Any]:
+        fatal = _sorted_events(self.events["fatal"])
+        unrecognized = _sorted_events(self.events["unrecognized"])
+        verdict, reason = self._verdict(fatal, unrecognized)
+        return {
+            "verdict": verdict,
+            "reason": reason,
+            "ready": self.ready_line is not None,
+            "ready_line": self.ready_line,
+            "phase": self.phase,
+            "phases": self.phases,
+            "progress": self.progress,
+            "fatal": fatal,
+            "allowlisted": _sorted_events(self.events["allowlisted"]),
+            "unrecognized": unrecognized,
+            "counts": dict(self.counts),
+            "lines": self.line_number,
+            "blob_lines": self.blob_lines,
+            "dropped_events": self.dropped_events,
+            "stale_rules": self.rules.stale(),
+            "strict": self.strict,
+        }
+
+    def _verdict(self, fatal: list[dict[str, t.Any]], unrecognized: list[dict[str, t.Any]]) -> tuple[str, str]:
+        if fatal:
+            return "fail", f"fatal: {fatal[0]['message'][:200]}"
+        if self.strict and unrecognized:
+            return "fail", f"strict mode: unrecognized line: {unrecognized[0]['message'][:200]}"
+        if self.ready_line is not None:
+            return "pass", "ready marker seen and nothing fatal"
+        return "pending", f"no ready marker yet (phase {self.phase})"
+
+
+def _sorted_events(bucket: dict[tuple[str | None, str], Event]) -> list[dict[str, t.Any]]:
+    return [event.as_dict() for event in sorted(bucket.values(), key=lambda event: event.first_line)]
+
+
+# -- one-call helpers ------------------------------------------------------------------------
+
+
+def classify(
+    source: t.Any,
+    engine: str = "auto",
+    extra_rules: t.Sequence[t.Any] | None = None,
+    disabled: t.Iterable[str] | None = None,
+    strict: bool = False,
+    rules: RuleSet | None = None,
+) -> dict[str, t.Any]:
+    """Classify a whole log given as text (any of the three forms), bytes, a list of lines,
+    a list of journal records, or an open binary file."""
+    ruleset = rules or load_rules(engine, extra_rules, disabled)
+    scanner = Scanner(ruleset, strict=strict)
+    _feed(scanner, source)
+    return scanner.finish()
+
+
+def _feed(scanner: Scanner, source: t.Any) -> None:
+    if source is None:
+        return
+    if isinstance(source, (str, bytes)):
+        _feed_text(scanner, source)
+    elif hasattr(source, "read"):
+        for chunk in iter(lambda: source.read(TEXT_CHUNK), b""):
+            scanner.feed_text(chunk)
+    elif isinstance(source, t.Mapping):
+        scanner.feed_records([source])
+    else:
+        items = list(source)
+        if all(isinstance(item, t.Mapping) for item in items):
+            scanner.feed_records(items)
+        else:
+            for item in items:
+                if not isinstance(item, (str, bytes)):
+                    raise TypeError(f"cannot classify a list item of type {type(item).__name__}: give strings or journal records")
+                scanner.feed_line(item)
+
+
+def _feed_text(scanner: Scanner, text: str | bytes) -> None:
+    if detect_form(decode(text[:8192])) == FORM_JSON:
+        scanner.feed_records(_json_records(decode(text)))
+        return
+    for start in range(0, len(text), TEXT_CHUNK):
+        scanner.feed_text(text[start : start + TEXT_CHUNK])
+
+
+def _json_records(text: str) -> t.Iterator[t.Mapping[str, t.Any]]:
+    import json
+
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"journal JSON line {number} is not valid JSON: {exc}") from None
+        if isinstance(record, dict):
+            yield record
+
+
+def classify_line(line: str | bytes, engine: str = "auto", rules: RuleSet | None = None) -> dict[str, t.Any]:
+    """The class of a single line, and the rule that decided it."""
+    ruleset = rules or load_rules(engine)
+    texts = clean(line)
+    parsed = parse(texts[-1] if texts else "", 1)
+    if len(texts) > 1:
+        first = parse(texts[0], 1)
+        if ruleset.match(first.message, first.level) is not None and ruleset.match(parsed.message, parsed.level) is None:
+            parsed = first
+    rule = ruleset.match(parsed.message, parsed.level)
+    event_class = rule.rule_class if rule else "info"
+    if parsed.opens_traceback():
+        event_class = "fatal"
+    return {
+        "class": event_class,
+        "rule": rule.id if rule else None,
+        "reason": rule.reason if rule else None,
+        "phase": rule.phase if rule else None,
+        "message": parsed.message,
+        "level": parsed.level,
+        "rank": parsed.rank,
+        "timestamp": parsed.timestamp,
+    }

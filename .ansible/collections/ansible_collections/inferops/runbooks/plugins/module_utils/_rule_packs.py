@@ -1,0 +1,444 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shipped rule packs: data, not code.
+
+Every rule has an id, a class, a case-insensitive pattern searched in the message (the line with
+its journal, timestamp, rank, level and logger prefixes removed), a reason and a reference to
+where the line family was seen. Patterns describe message families: numbers, paths and ids vary.
+Patterns avoid literal digits so that lines differing only in numbers classify alike.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+RulePack = t.List[t.Dict[str, t.Any]]
+
+SGLANG_ISSUES = "https://github.com/sgl-project/sglang/issues"
+VLLM_ISSUES = "https://github.com/vllm-project/vllm/issues"
+NOT_INFO = ["none", "WARNING", "ERROR", "CRITICAL"]
+
+COMMON: RulePack = [
+    # -- allowlisted: alarming words, harmless lines --------------------------------------
+    {
+        "id": "common-ignorable-error-notice",
+        "class": "allowlisted",
+        "pattern": r"The following error message '.*' can be ignored",
+        "reason": "The engine announces that a following compiler message is harmless.",
+        "reference": f"{SGLANG_ISSUES}/4289 (logged by SGLang and vLLM triton attention backends)",
+    },
+    {
+        "id": "common-custom-allreduce-disabled",
+        "class": "allowlisted",
+        "pattern": r"Custom allreduce is disabled because",
+        "reason": "No P2P/NVLink between GPUs: the engine falls back to NCCL all-reduce and keeps going.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+    },
+    {
+        "id": "common-python-deprecation-warning",
+        "class": "allowlisted",
+        "pattern": r"(?:Future|User|Deprecation|PendingDeprecation)Warning: .*(?:deprecated|will be removed|was renamed|prototype stage)",
+        "reason": "A library announces a future API change; Python warnings never stop the process.",
+        "reference": f"{SGLANG_ISSUES} (torch TypedStorage, huggingface_hub resume_download, TRANSFORMERS_CACHE)",
+    },
+    {
+        "id": "common-python-optional-feature-warning",
+        "class": "allowlisted",
+        "pattern": r"UserWarning: (?:TORCH_CUDA_ARCH_LIST is not set|expandable_segments not supported on this platform"
+        r"|Failed to initialize NumPy|Failed to get the IP address)",
+        "reason": "An optional feature or setting is missing and torch/Ray uses its default.",
+        "reference": f"{SGLANG_ISSUES}; {VLLM_ISSUES}",
+    },
+    {
+        "id": "common-resource-tracker-relaunch",
+        "class": "allowlisted",
+        "pattern": r"resource_tracker: process died unexpectedly, relaunching",
+        "reason": "multiprocessing restarts its resource tracker helper; the server is unaffected.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "common-c10d-address-family",
+        "class": "allowlisted",
+        "pattern": r"\[c10d\] The client socket cannot be initialized to connect to .*Address family not supported",
+        "reason": "torch.distributed tries IPv6 first and falls back to IPv4.",
+        "reference": f"{SGLANG_ISSUES}; {VLLM_ISSUES}",
+    },
+    {
+        "id": "common-nccl-plugin-fallback",
+        "class": "allowlisted",
+        "pattern": r"NCCL INFO .*(?:Failed to find|Could not find|No plugin found).*(?:internal|Using)",
+        "reason": "NCCL looks for optional tuner/net plugins and uses its built-in ones.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "common-uvicorn-invalid-http-request",
+        "class": "allowlisted",
+        "pattern": r"^Invalid HTTP request received",
+        "reason": "A client (often a health checker or port scanner) sent a malformed request.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "common-deprecated-pynvml",
+        "class": "allowlisted",
+        "pattern": r"You are using a deprecated `pynvml` package",
+        "reason": "Packaging advice from torch/vLLM; GPU monitoring still works.",
+        "reference": f"{VLLM_ISSUES}",
+    },
+    {
+        "id": "common-flashinfer-fallback",
+        "class": "allowlisted",
+        "pattern": r"FlashInfer is not available\. Falling back",
+        "reason": "Sampling uses the PyTorch-native implementation instead of FlashInfer.",
+        "reference": f"{VLLM_ISSUES}",
+    },
+    # -- fatal: shapes of real failures ----------------------------------------------------
+    {
+        "id": "common-traceback",
+        "class": "fatal",
+        "pattern": r"Traceback \(most recent call last\)",
+        "reason": "A Python exception propagated; the lines that follow name it.",
+        "reference": f"{SGLANG_ISSUES}/4289",
+    },
+    {
+        "id": "common-python-exception",
+        "class": "fatal",
+        "pattern": r"^(?-i:(?:[A-Za-z_][\w]*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt)|(?:[A-Za-z_]\w*\.)+errors\.[A-Za-z_]\w*)(?::|$)"
+        r"|^Exception in \w+:",
+        "reason": "The final line of a Python traceback: the exception that ended the process.",
+        "reference": f"{SGLANG_ISSUES}/3451; {VLLM_ISSUES}/11702",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-error-level",
+        "class": "fatal",
+        "pattern": r".",
+        "reason": "The engine logged this at ERROR or CRITICAL level.",
+        "reference": f"{VLLM_ISSUES}",
+        "levels": ["ERROR", "CRITICAL"],
+    },
+    {
+        "id": "common-cuda-failure",
+        "class": "fatal",
+        "pattern": r"CUDA error|CUDA out of memory|OutOfMemoryError|illegal memory access|illegal instruction"
+        r"|no kernel image is available|unspecified launch failure|cudaError\w+",
+        "reason": "The GPU or the CUDA runtime failed.",
+        "reference": f"{SGLANG_ISSUES}",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-nccl-failure",
+        "class": "fatal",
+        "pattern": r"NCCL error|DistBackendError|nccl\w*(?:System|Internal|Invalid)\w*Error"
+        r"|NCCL WARN .*(?:refused|retry count|timed? ?out|failed|error)",
+        "reason": "Collective communication between GPUs or nodes failed.",
+        "reference": f"{SGLANG_ISSUES}/3460",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-collective-watchdog",
+        "class": "fatal",
+        "pattern": r"Watchdog timeout|Watchdog caught collective operation timeout|watchdog thread terminated with exception",
+        "reason": "A collective or the engine's own watchdog timed out: the server is stuck or dead.",
+        "reference": f"{SGLANG_ISSUES}",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-peer-connection-lost",
+        "class": "fatal",
+        "pattern": r"gloo.*Connection (?:closed|reset) by peer",
+        "reason": "A distributed peer went away.",
+        "reference": f"{SGLANG_ISSUES}",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-killed",
+        "class": "fatal",
+        "pattern": r"^Killed\b|Killed process \d+|oom-kill|Fatal Python error|Segmentation fault|core dumped",
+        "reason": "The process was killed (OOM killer, SIGKILL) or crashed in native code.",
+        "reference": f"{SGLANG_ISSUES}/3451",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-address-in-use",
+        "class": "fatal",
+        "pattern": r"address already in use",
+        "reason": "The port is still held (often by the previous server process); the server cannot bind.",
+        "reference": f"{VLLM_ISSUES}/11702",
+    },
+    {
+        "id": "common-cannot-allocate-memory",
+        "class": "fatal",
+        "pattern": r"Cannot allocate memory",
+        "reason": "The host ran out of memory.",
+        "reference": f"{SGLANG_ISSUES}",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-systemd-unit-failed",
+        "class": "fatal",
+        "pattern": r"Main process exited, code=(?:killed|dumped|exited, status=\d+/(?!SUCCESS))|Failed with result '|Scheduled restart job, restart counter",
+        "reason": "systemd reports that the unit's main process died or is being restarted.",
+        "reference": "https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html",
+    },
+    # -- ready and progress ------------------------------------------------------------------
+    {
+        "id": "common-uvicorn-startup-complete",
+        "class": "ready",
+        "pattern": r"^Application startup complete|^Uvicorn running on ",
+        "reason": "The HTTP server is up; SGLang still runs its warmup request before it is ready.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "phase": "warming_up",
+    },
+    {
+        "id": "common-uvicorn-starting",
+        "class": "progress",
+        "pattern": r"^Started server process|^Waiting for application startup",
+        "reason": "uvicorn is starting the HTTP server.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "phase": "warming_up",
+    },
+    {
+        "id": "common-checkpoint-shards",
+        "class": "progress",
+        "pattern": r"Loading (?:\w+ )?checkpoint shards:",
+        "reason": "Weight loading progress bar.",
+        "reference": f"{SGLANG_ISSUES}",
+        "phase": "loading_weights",
+        "bar": True,
+    },
+    {
+        "id": "common-weights-format",
+        "class": "progress",
+        "pattern": r"Using model weights format",
+        "reason": "Weight loading started.",
+        "reference": f"{SGLANG_ISSUES}",
+        "phase": "loading_weights",
+    },
+    {
+        "id": "common-jit-kernels",
+        "class": "progress",
+        "pattern": r"flashinfer\.jit: (?:Finished )?Loading JIT ops|NCCL INFO .*Init COMPLETE",
+        "reason": "Kernel JIT compilation or NCCL initialisation moved on.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "common-tqdm-bar",
+        "class": "progress",
+        "pattern": r"^\s*\d+%\|",
+        "reason": "A tqdm progress bar of the current phase.",
+        "reference": f"{SGLANG_ISSUES}/3451",
+        "bar": True,
+    },
+    # -- info: ordinary lines that merely contain an alarming word ----------------------------
+    {
+        "id": "common-http-access-log",
+        "class": "info",
+        "pattern": r"\"(?:GET|POST|HEAD|PUT|DELETE|OPTIONS) \S+ HTTP/[\d.]+\" \d+",
+        "reason": "An HTTP access log line.",
+        "reference": "https://www.uvicorn.org/settings/#logging",
+    },
+    {
+        "id": "common-systemd-unit-lifecycle",
+        "class": "info",
+        "pattern": r"^(?:Started|Starting|Stopping|Stopped) .*\.service|Deactivated successfully|Consumed .* CPU time",
+        "reason": "systemd's own lines about the unit starting or stopping.",
+        "reference": "https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html",
+    },
+    # -- unrecognized: the warning vocabulary, reported for triage ------------------------
+    {
+        "id": "common-warning-vocabulary",
+        "class": "unrecognized",
+        "pattern": r"warn|error|fail|unexpected|deprecat|exception|fatal|abort|denied|refused|timed? ?out|invalid|cannot|could not|unable to",
+        "reason": "Reads like a warning or an error, and no rule knows it.",
+        "reference": "inferops.runbooks triage",
+        "levels": NOT_INFO,
+    },
+    {
+        "id": "common-warning-level",
+        "class": "unrecognized",
+        "pattern": r".",
+        "reason": "Logged at WARNING level, and no rule knows it.",
+        "reference": "inferops.runbooks triage",
+        "levels": ["WARNING"],
+    },
+]
+
+SGLANG: RulePack = [
+    {
+        "id": "sglang-cute-dsl-package-walk",
+        "class": "allowlisted",
+        "pattern": r"Unexpected error during package walk",
+        "reason": "CUTE_DSL probes optional cutlass packages at import and logs a handled import error once per rank.",
+        "reference": "shared seed: 8x RTX PRO 6000 restart, once per TP rank; also SGLang 2026-05 logs",
+    },
+    {
+        "id": "sglang-kernel-config-missing",
+        "class": "allowlisted",
+        "pattern": r"Using (?:default )?(?:MoE|W8A8 Block FP8) (?:kernel )?config.*Performance might be sub-optimal",
+        "reason": "No tuned kernel config for this GPU: default launch parameters are used.",
+        "reference": f"{SGLANG_ISSUES}/3451",
+    },
+    {
+        "id": "sglang-optional-model-import",
+        "class": "allowlisted",
+        "pattern": r"Ignore import error when loading sglang\.srt\.models\.",
+        "reason": "A model class SGLang does not need could not be imported; other models load.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "sglang-deepgemm-nvcc-advice",
+        "class": "allowlisted",
+        "pattern": r"please use at least NVCC [\d.]+ for the best DeepGEMM performance",
+        "reason": "Performance advice about the CUDA compiler version.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "sglang-scheduler-failure",
+        "class": "fatal",
+        "pattern": r"hit an exception|scheduler is dead|Received sigquit from a child proces|Initialization failed"
+        r"|Exit code: -\d+|terminated with \d+",
+        "reason": "An SGLang subprocess died; the server shuts down.",
+        "reference": f"{SGLANG_ISSUES}/4289",
+    },
+    {
+        "id": "sglang-kv-transfer-failure",
+        "class": "fatal",
+        "pattern": r"transfer failed for request|KVTransferError|Transfer Engine Return Error",
+        "reason": "Prefill/decode disaggregation lost a KV cache transfer.",
+        "reference": f"{SGLANG_ISSUES}",
+    },
+    {
+        "id": "sglang-fired-up",
+        "class": "ready",
+        "pattern": r"The server is fired up and ready to roll",
+        "reason": "SGLang's warmup generation succeeded.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "phase": "ready",
+    },
+    {
+        "id": "sglang-server-args",
+        "class": "progress",
+        "pattern": r"^server_args=|Init torch distributed (?:begin|ends)|sglang is using nccl==",
+        "reason": "The server parsed its arguments and initialises torch.distributed.",
+        "reference": f"{SGLANG_ISSUES}/4289",
+        "phase": "starting",
+    },
+    {
+        "id": "sglang-load-weight",
+        "class": "progress",
+        "pattern": r"Load weight (?:begin|end)",
+        "reason": "Weight loading milestone.",
+        "reference": f"{SGLANG_ISSUES}/4289",
+        "phase": "loading_weights",
+    },
+    {
+        "id": "sglang-kv-cache",
+        "class": "progress",
+        "pattern": r"KV Cache is allocated|Memory pool end",
+        "reason": "The KV cache memory pool is allocated.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "phase": "allocating_kv_cache",
+    },
+    {
+        "id": "sglang-cuda-graph",
+        "class": "progress",
+        "pattern": r"Capture cuda graph (?:begin|end)",
+        "reason": "CUDA graph capture milestone.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "phase": "capturing_cuda_graphs",
+    },
+    {
+        "id": "sglang-capturing-batches",
+        "class": "progress",
+        "pattern": r"^Capturing batches",
+        "reason": "CUDA graph capture progress bar.",
+        "reference": f"{SGLANG_ISSUES}",
+        "phase": "capturing_cuda_graphs",
+        "bar": True,
+    },
+    {
+        "id": "sglang-max-total-tokens",
+        "class": "progress",
+        "pattern": r"max_total_num_tokens=",
+        "reason": "The scheduler is configured; the HTTP server starts next.",
+        "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+    },
+]
+
+VLLM: RulePack = [
+    {
+        "id": "vllm-rocm-irope-fallback",
+        "class": "allowlisted",
+        "pattern": r"Using irope in ROCm Flash Attention is not supported yet",
+        "reason": "Falls back to global attention for long context on ROCm.",
+        "reference": f"{VLLM_ISSUES}",
+    },
+    {
+        "id": "vllm-torch-threads-reduced",
+        "class": "allowlisted",
+        "pattern": r"Reducing Torch parallelism from \d+ threads",
+        "reason": "Worker processes limit their CPU threads.",
+        "reference": f"{VLLM_ISSUES}",
+    },
+    {
+        "id": "vllm-long-context-advice",
+        "class": "allowlisted",
+        "pattern": r"The model has a long context length .*may cause OOM errors",
+        "reason": "Advice about memory profiling; an actual OOM is reported separately.",
+        "reference": f"{VLLM_ISSUES}",
+    },
+    {
+        "id": "vllm-engine-dead",
+        "class": "fatal",
+        "pattern": r"EngineDeadError|Background loop is stopped|Engine loop is not running|EngineCore failed to start",
+        "reason": "The vLLM engine process died.",
+        "reference": f"{VLLM_ISSUES}",
+    },
+    {
+        "id": "vllm-api-server-ready",
+        "class": "ready",
+        "pattern": r"Starting vLLM API server on",
+        "reason": "The vLLM OpenAI-compatible server is listening.",
+        "reference": f"{VLLM_ISSUES}",
+        "phase": "ready",
+    },
+    {
+        "id": "vllm-load-model",
+        "class": "progress",
+        "pattern": r"Starting to load model|Loading model weights took|Loading weights took",
+        "reason": "Weight loading milestone.",
+        "reference": f"{VLLM_ISSUES}/11899",
+        "phase": "loading_weights",
+    },
+    {
+        "id": "vllm-kv-cache",
+        "class": "progress",
+        "pattern": r"Memory profiling takes|# GPU blocks|reserved for KV Cache|Maximum concurrency for",
+        "reason": "Memory profiling and KV cache allocation.",
+        "reference": f"{VLLM_ISSUES}/11899",
+        "phase": "allocating_kv_cache",
+    },
+    {
+        "id": "vllm-cuda-graph",
+        "class": "progress",
+        "pattern": r"Capturing cudagraphs|Capturing CUDA graph|Graph capturing finished|If out-of-memory error occurs during cudagraph capture",
+        "reason": "CUDA graph capture milestone.",
+        "reference": f"{VLLM_ISSUES}/11899",
+        "phase": "capturing_cuda_graphs",
+    },
+    {
+        "id": "vllm-init-engine",
+        "class": "progress",
+        "pattern": r"init engine .* took|Available routes are",
+        "reason": "Engine initialised; the API server starts next.",
+        "reference": f"{VLLM_ISSUES}/11899",
+        "phase": "warming_up",
+    },
+]
+
+PACKS: t.Dict[str, RulePack] = {"common": COMMON, "sglang": SGLANG, "vllm": VLLM}
+ENGINE_PACKS: t.Dict[str, t.Tuple[str, ...]] = {
+    "sglang": ("sglang", "common"),
+    "vllm": ("vllm", "common"),
+    "auto": ("sglang", "vllm", "common"),
+}

@@ -1,0 +1,253 @@
+"""The classifier core: input forms, terminal noise, traceback grouping, rules, verdicts, scale."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, classify, classify_line, load_rules, suggest_rule
+
+REPO = Path(__file__).resolve().parents[2]
+# the seed: a restart of a 548 GB model on 8 GPUs, journalctl -o short as the operator saw it
+SEED_LINE = (
+    "May 30 19:15:26 dflash-train python[{pid}]: 2026-05-30 19:15:26,720 - CUTE_DSL - WARNING - [handle_import_error] - "
+    "Unexpected error during package walk: cutlass.cute.experimental"
+)
+SEED_PIDS = (165487, 165488, 165489, 165490, 165491, 165492, 165493, 165494)
+READY = "[2025-03-08 12:29:33] The server is fired up and ready to roll!"
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.99 GiB. GPU 1 has a total capacity of 79.35 GiB"
+
+
+def journal_record(message: str | bytes, pid: int = 4242) -> dict[str, Any]:
+    value: Any = list(message) if isinstance(message, bytes) else message
+    return {"MESSAGE": value, "_PID": str(pid), "__CURSOR": "s=abc;i=1"}
+
+
+def test_seed_scenario_is_one_allowlisted_event_on_eight_ranks() -> None:
+    journal = "\n".join(SEED_LINE.format(pid=pid) for pid in SEED_PIDS) + "\n" + "May 30 19:15:40 dflash-train python[165480]: " + READY + "\n"
+    report = classify(journal, engine="sglang")
+    assert report["verdict"] == "pass"
+    assert len(report["allowlisted"]) == 1
+    event = report["allowlisted"][0]
+    assert event["rule"] == "sglang-cute-dsl-package-walk"
+    assert event["count"] == 8
+    assert len(event["ranks"]) == 8
+    assert event["level"] == "WARNING"
+    assert report["fatal"] == [] and report["unrecognized"] == []
+
+
+def test_seed_scenario_with_rank_prefixes_names_the_ranks() -> None:
+    lines = [f"[2026-05-30 19:15:26 TP{rank}] Unexpected error during package walk: cutlass.cute.experimental" for rank in range(8)]
+    report = classify("\n".join(lines))
+    assert report["allowlisted"][0]["ranks"] == [f"TP{rank}" for rank in range(8)]
+    assert report["verdict"] == "pending"
+
+
+def test_journal_json_text_with_byte_array_messages() -> None:
+    bar = b"\rLoading safetensors checkpoint shards:  10% Completed | 16/163 [00:01<00:09]\rLoading safetensors checkpoint shards:  42% Completed | 68/163 [00:05<00:07]"
+    records = [
+        journal_record("[2025-03-08 12:29:13 TP0] Load weight begin. avail mem=21.63 GB"),
+        journal_record(bar),
+        journal_record(READY),
+    ]
+    text = "\n".join(json.dumps(record) for record in records)
+    report = classify(text)
+    assert report["progress"]["percent"] == 42
+    assert report["progress"]["text"] == "loading weights 42% (68/163 shards)"
+    assert report["verdict"] == "pass"
+    assert classify(records)["progress"] == report["progress"]
+
+
+def test_journal_short_formats_are_stripped() -> None:
+    lines = {
+        "short": "May 30 19:15:26 host python[165489]: [2025-03-11 15:02:53 TP7] RuntimeError: NCCL error: unhandled system error",
+        "short-iso": "2026-05-30T19:15:26+0000 host python[165489]: [2025-03-11 15:02:53 TP7] RuntimeError: NCCL error: unhandled system error",
+        "short-precise": "May 30 19:15:26.123456 host python[165489]: [2025-03-11 15:02:53 TP7] RuntimeError: NCCL error: unhandled system error",
+    }
+    for form, line in lines.items():
+        result = classify_line(line)
+        assert result["class"] == "fatal", form
+        assert result["rank"] == "TP7", form
+        assert result["message"].startswith("RuntimeError: NCCL error"), form
+
+
+def test_blob_data_placeholders_are_counted_not_failed() -> None:
+    text = "May 30 19:15:26 host python[1]: [blob data]\n" * 3 + f"May 30 19:15:27 host python[1]: {READY}\n"
+    report = classify(text)
+    assert report["blob_lines"] == 3
+    assert report["verdict"] == "pass"
+
+
+def test_carriage_return_updates_keep_the_latest_state() -> None:
+    bar = "".join(f"\rCapturing batches (bs=1 avail_mem=14.43 GB): {p:3d}%|##| {p // 5}/20 [00:01<00:00,  1.50it/s]" for p in range(0, 101, 5))
+    report = classify("[2025-03-08 12:29:21 TP0] Capture cuda graph begin. This can take up to several minutes.\n" + bar + "\n")
+    assert report["progress"]["percent"] == 100
+    assert report["progress"]["done"] == 20
+    assert report["phase"] == "capturing_cuda_graphs"
+    assert report["counts"]["progress"] == 2
+
+
+def test_bar_glued_to_the_next_record_is_split() -> None:
+    line = "  0%|          | 0/23 [00:00<?, ?it/s][2025-02-09 20:33:23 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+    report = classify(line + "\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert report["fatal"][0]["message"].startswith("RuntimeError: CUDA error")
+    assert report["fatal"][0]["ranks"] == ["TP0"]
+
+
+def test_ansi_colours_and_control_characters_are_removed() -> None:
+    result = classify_line("\x1b[31m[2025-03-08 12:29:13 TP3] \x1b[1mRuntimeError: CUDA error: unspecified launch failure\x1b[0m\x07")
+    assert result["class"] == "fatal"
+    assert result["message"] == "RuntimeError: CUDA error: unspecified launch failure"
+
+
+def test_invalid_utf8_is_decoded_without_failing() -> None:
+    raw = b"[2025-03-08 12:29:13 TP3] Load weight end. \xff\xfe type=\xc3\n" + READY.encode() + b"\n"
+    report = classify(raw)
+    assert report["verdict"] == "pass"
+    assert classify([journal_record(b"\xffTraceback (most recent call last):\n")])["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("empty", ["", b"", [], None, "\n\n"])
+def test_empty_input_is_pending(empty: Any) -> None:
+    report = classify(empty)
+    assert report["verdict"] == "pending"
+    assert report["fatal"] == []
+
+
+def test_chained_traceback_is_one_event() -> None:
+    text = "\n".join(
+        [
+            "[2025-03-05 10:34:48] Initialization failed. warmup error: Traceback (most recent call last):",
+            '  File "/sgl/python/sglang/srt/entrypoints/http_server.py", line 572, in _wait_and_warmup',
+            "    assert res.status_code == 200, f'{res}'",
+            "AssertionError: <Response [500]>",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "/sgl/python/sglang/launch_server.py", line 14, in <module>',
+            "    launch_server(server_args)",
+            "RuntimeError: warmup failed",
+            "[2025-03-05 10:34:49] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    report = classify(text)
+    tracebacks = [event for event in report["fatal"] if "traceback" in event]
+    assert len(tracebacks) == 1
+    assert tracebacks[0]["message"] == "RuntimeError: warmup failed"
+    assert tracebacks[0]["first_line"] == 1 and tracebacks[0]["last_line"] == 11
+    assert any(event["rule"] == "sglang-scheduler-failure" and event["first_line"] == 12 for event in report["fatal"])
+
+
+def test_vllm_traceback_with_prefixed_lines_is_one_event() -> None:
+    prefix = "ERROR 04-10 08:57:05 [engine.py:158] "
+    lines = ["Traceback (most recent call last):", '  File "/vllm/engine/llm_engine.py", line 9, in step', "    raise ValueError('x')", "ValueError: Attempted to assign 5 x 256"]
+    report = classify("\n".join(prefix + line for line in lines))
+    assert len(report["fatal"]) == 1
+    assert report["fatal"][0]["message"] == "ValueError: Attempted to assign 5 x 256"
+    assert report["fatal"][0]["level"] == "ERROR"
+
+
+def test_unrecognized_warning_gets_a_suggested_rule_and_strict_fails() -> None:
+    line = "[2025-03-08 12:29:13 TP2] Frobnicator returned error state 7 for /opt/models/x/layer.12, continuing"
+    report = classify(f"{line}\n{READY}\n")
+    assert report["verdict"] == "pass"
+    event = report["unrecognized"][0]
+    rule = event["suggested_rule"]
+    assert rule["class"] == "allowlisted" and rule["id"].startswith("local-")
+    # the suggestion generalises: it matches the same line with other numbers and paths
+    other = "[2025-03-09 01:00:00 TP5] Frobnicator returned error state 12 for /srv/m/y/layer.3, continuing"
+    assert classify_line(other, rules=load_rules("auto", [rule]))["class"] == "allowlisted"
+    assert classify(f"{line}\n{READY}\n", strict=True)["verdict"] == "fail"
+
+
+def test_user_rules_come_first_and_shipped_rules_can_be_disabled() -> None:
+    mine = [{"id": "site-oom-drill", "pattern": r"CUDA out of memory\. Tried to allocate 1\.99 GiB", "reason": "the weekly OOM drill"}]
+    assert classify_line(OOM, rules=load_rules("sglang", mine))["class"] == "allowlisted"
+    walk = "Unexpected error during package walk: cutlass"
+    assert classify_line(walk, rules=load_rules("sglang"))["class"] == "allowlisted"
+    assert classify_line(walk, rules=load_rules("sglang", disabled=["sglang-cute-dsl-package-walk"]))["class"] == "unrecognized"
+
+
+def test_a_digit_sensitive_user_rule_is_honoured_line_by_line() -> None:
+    mine = [{"id": "exit-three", "class": "fatal", "pattern": "worker exit status 3$", "reason": "status 3 means corrupt weights"}]
+    lines = ["[2025-03-08 12:29:13 TP0] worker exit status 2", "[2025-03-08 12:29:14 TP0] worker exit status 3", READY]
+    report = classify("\n".join(lines), extra_rules=mine)
+    assert [event["first_line"] for event in report["fatal"]] == [2]
+
+
+def test_stale_rules_are_reported() -> None:
+    mine = [{"id": "old-workaround", "pattern": "frobnicate", "reason": "until the driver update", "expires": "2020-01-01"}]
+    report = classify(READY, extra_rules=mine)
+    assert [rule["id"] for rule in report["stale_rules"]] == ["old-workaround"]
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ([{"id": "x", "pattern": "a(", "reason": "r"}], "rule 'x' (extra rules #1): invalid regular expression"),
+        ([{"id": "x", "pattern": "a", "reason": "r", "colour": "red"}], "rule 'x' (extra rules #1): unknown key(s) colour"),
+        ([{"id": "x", "pattern": "a"}], "rule 'x' (extra rules #1): missing required field(s) reason"),
+        ([{"pattern": "a", "reason": "r"}], "extra rules rule #1: missing required field(s) id"),
+        ([{"id": "x", "pattern": "a", "reason": "r", "class": "maybe"}], "class 'maybe' is not one of"),
+        ([{"id": "x", "pattern": "a", "reason": "r", "expires": "soon"}], "'expires' must be a date"),
+        (["just a string"], "extra rules rule #1: a rule must be a mapping"),
+        ({"id": "x"}, "extra rules must be a list"),
+        ([{"id": "sglang-fired-up", "pattern": "a", "reason": "r"}], "duplicate id"),
+    ],
+)
+def test_bad_rules_give_a_clear_error_naming_the_rule(rules: Any, message: str) -> None:
+    with pytest.raises(RuleError, match=None) as error:
+        load_rules("sglang", rules)
+    assert message in str(error.value)
+
+
+def test_unknown_disabled_id_and_engine_are_errors() -> None:
+    with pytest.raises(RuleError, match="disabled rule id"):
+        load_rules("sglang", disabled=["no-such-rule"])
+    with pytest.raises(RuleError, match="engine 'tgi'"):
+        load_rules("tgi")
+
+
+def test_lines_spanning_chunks_and_line_offsets() -> None:
+    scanner = Scanner(load_rules("sglang"), line_offset=100)
+    text = ("[2025-03-08 12:29:13 TP0] Load weight begin.\n" + OOM + "\n").encode()
+    for byte in range(0, len(text), 7):
+        scanner.feed_text(text[byte : byte + 7])
+    report = scanner.finish()
+    assert report["lines"] == 102
+    assert report["fatal"][0]["first_line"] == 102
+
+
+def test_suggested_rule_masks_numbers_paths_and_ids() -> None:
+    rule = suggest_rule("Slow shard read 1.25 s from /mnt/weights/model-00012-of-00163.safetensors (req 2b0fd107dfc44e9085a12be3eeb44ebe)")
+    assert "1.25" not in rule["pattern"] and "/mnt" not in rule["pattern"] and "2b0fd107" not in rule["pattern"]
+    assert classify_line("Slow shard read 9 s from /x/y/z.bin (req 0123456789abcdef0123)", rules=load_rules("auto", [rule]))["class"] == "allowlisted"
+
+
+def test_a_100_mb_log_streams_in_bounded_memory(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    subprocess.run([sys.executable, str(REPO / "bench" / "generate_log.py"), str(log), "--lines", "470000"], check=True)
+    assert log.stat().st_size > 100 * 1024 * 1024
+    probe = (
+        "import json, resource, sys\n"
+        "from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "with open(sys.argv[1], 'rb') as handle:\n"
+        "    report = classify(handle, engine='sglang')\n"
+        "grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
+        "print(json.dumps({'grown_kb': grown, 'lines': report['lines'], 'verdict': report['verdict'], 'allowlisted': report['counts']['allowlisted']}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, str(log)], cwd=REPO / "collections", capture_output=True, text=True, check=True)
+    figures = json.loads(result.stdout)
+    print(f"\n100 MB log: {figures}")
+    assert figures["lines"] == 470000
+    assert figures["verdict"] == "pass"
+    assert figures["allowlisted"] > 0
+    # the file is over 100 MB; the scanner holds a few 4 MB chunks and bounded evidence
+    assert figures["grown_kb"] < 64 * 1024
