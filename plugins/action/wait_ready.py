@@ -15,6 +15,7 @@ import typing as t
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
 
 display = Display()
@@ -308,7 +309,8 @@ class Waiter:
                 settle=FAILURE_SETTLE,
             )
         if base and base.get("MainPID") and state.get("MainPID") and state["MainPID"] != base["MainPID"]:
-            raise WaitFailed("restarted", f"{self.unit}'s main process changed ({base['MainPID']} -> {state['MainPID']}) during the start", settle=FAILURE_SETTLE)
+            changed = f"{base['MainPID']} -> {state['MainPID']}"
+            raise WaitFailed("restarted", f"{self.unit}'s main process changed ({changed}) during the start", settle=FAILURE_SETTLE)
         if self.total["fatal"]:
             first = self.total["fatal"][0]
             reason = "soak_failed" if self.soak_started is not None else "fatal_log"
@@ -340,7 +342,8 @@ class Waiter:
     def check_soak(self) -> None:
         health = self.health or {}
         if self.identity() != self.soak_identity:
-            raise WaitFailed("soak_failed", f"{self.unit} changed during the post-ready soak: {self.identity()} (was {self.soak_identity})", settle=FAILURE_SETTLE)
+            was = self.soak_identity
+            raise WaitFailed("soak_failed", f"{self.unit} changed during the post-ready soak: {self.identity()} (was {was})", settle=FAILURE_SETTLE)
         if health.get("status") != 200:
             raise WaitFailed("soak_failed", f"{health_text(health)} during the post-ready soak (after {human(time.monotonic() - (self.soak_started or 0))})")
 

@@ -17,7 +17,7 @@ import datetime
 import re
 import typing as t
 
-from ._lines import (
+from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     BLOB_PLACEHOLDER,
     FORM_JSON,
     ParsedLine,
@@ -27,8 +27,8 @@ from ._lines import (
     parse,
     record_message,
 )
-from ._rule_packs import ENGINE_PACKS, PACKS
-from ._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, PACKS
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
 
 __all__ = ["RuleError", "Scanner", "classify", "classify_line", "load_rules"]
 
@@ -111,7 +111,21 @@ def suggest_rule(message: str, event_class: str = "allowlisted") -> dict[str, t.
 class Event:
     """Lines of one class and one message family, deduplicated across ranks and repeats."""
 
-    __slots__ = ("context", "count", "event_class", "first_line", "first_timestamp", "key", "last_line", "last_timestamp", "level", "message", "ranks", "rule", "traceback")
+    __slots__ = (
+        "context",
+        "count",
+        "event_class",
+        "first_line",
+        "first_timestamp",
+        "key",
+        "last_line",
+        "last_timestamp",
+        "level",
+        "message",
+        "ranks",
+        "rule",
+        "traceback",
+    )
 
     def __init__(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str) -> None:
         self.event_class = event_class

@@ -33,7 +33,7 @@ class RuleError(ValueError):
 class Rule:
     """One compiled rule."""
 
-    __slots__ = ("bar", "engine", "expires", "id", "levels", "phase", "pattern", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
+    __slots__ = ("bar", "engine", "expires", "id", "levels", "pattern", "phase", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
 
     def __init__(self, spec: t.Mapping[str, t.Any], source: str, default_class: str) -> None:
         self.source = source

@@ -49,7 +49,10 @@ def test_seed_scenario_with_rank_prefixes_names_the_ranks() -> None:
 
 
 def test_journal_json_text_with_byte_array_messages() -> None:
-    bar = b"\rLoading safetensors checkpoint shards:  10% Completed | 16/163 [00:01<00:09]\rLoading safetensors checkpoint shards:  42% Completed | 68/163 [00:05<00:07]"
+    bar = (
+        b"\rLoading safetensors checkpoint shards:  10% Completed | 16/163 [00:01<00:09]"
+        b"\rLoading safetensors checkpoint shards:  42% Completed | 68/163 [00:05<00:07]"
+    )
     records = [
         journal_record("[2025-03-08 12:29:13 TP0] Load weight begin. avail mem=21.63 GB"),
         journal_record(bar),
@@ -146,7 +149,12 @@ def test_chained_traceback_is_one_event() -> None:
 
 def test_vllm_traceback_with_prefixed_lines_is_one_event() -> None:
     prefix = "ERROR 04-10 08:57:05 [engine.py:158] "
-    lines = ["Traceback (most recent call last):", '  File "/vllm/engine/llm_engine.py", line 9, in step', "    raise ValueError('x')", "ValueError: Attempted to assign 5 x 256"]
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/vllm/engine/llm_engine.py", line 9, in step',
+        "    raise ValueError('x')",
+        "ValueError: Attempted to assign 5 x 256",
+    ]
     report = classify("\n".join(prefix + line for line in lines))
     assert len(report["fatal"]) == 1
     assert report["fatal"][0]["message"] == "ValueError: Attempted to assign 5 x 256"

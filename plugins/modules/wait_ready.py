@@ -1,0 +1,271 @@
+#!/usr/bin/python
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: wait_ready
+short_description: Wait until an inference server's systemd unit is really ready, or fail fast with the evidence
+version_added: 0.1.0
+description:
+  - Waits through the cold start of an LLM inference server (SGLang, vLLM) run as a systemd unit, which can take
+    from minutes to an hour, showing its progress, and passes only when the server is really ready.
+  - B(Passes) when the unit is active, the health endpoint answered HTTP 200 to O(health_successes) probes in a row,
+    the ready marker is in this invocation's journal, nothing fatal was logged, and the unit stays healthy (active,
+    same C(MainPID), C(InvocationID) and C(NRestarts), health still 200, no fatal line) through a post-ready O(soak).
+  - B(Fails fast) with a reason, a message and the evidence when a fatal line appears in the journal (read again
+    whole a moment later, so tracebacks are complete and events are deduplicated across ranks), when the unit fails,
+    stops or is restarted by systemd, when no progress is seen within the stall limit of the current phase, or when
+    the O(budget) is spent.
+  - Runs on the controller and calls M(inferops.runbooks.service_probe) on the managed host in a loop; each call
+    long-polls the journal and the unit's state for up to O(poll_interval) seconds, so a fatal line is seen within
+    about a second while the wait costs one connection round trip every few seconds.
+  - Prints one line per host whenever the state changes and at least every O(heartbeat) seconds, so that long waits
+    are never silent (AWX and other job runners do not take them for hung jobs).
+  - Survives a dropped SSH connection; the connection is reset and the probe retried, up to O(connection_retries) times
+    in a row.
+  - Never restarts or changes anything itself; restart the unit first (for example with M(ansible.builtin.systemd_service)).
+author:
+  - inferops.runbooks contributors
+extends_documentation_fragment:
+  - inferops.runbooks.classifier
+attributes:
+  action:
+    support: full
+    description: The wait runs in an action plugin on the controller.
+  async:
+    support: none
+    description: The wait shows its progress as it goes and cannot run in the background.
+  check_mode:
+    support: none
+    description: In check mode the task is skipped (there is no start to wait for).
+  diff_mode:
+    support: none
+    description: Nothing to compare.
+  platform:
+    platforms: posix
+    description: Managed hosts with systemd and journald.
+options:
+  unit:
+    description:
+      - The systemd unit of the server; C(.service) is added to a name without a unit suffix.
+    type: str
+    default: sglang.service
+  health_url:
+    description:
+      - The health endpoint, probed from the managed host (so a server bound to 127.0.0.1 works).
+      - Use an endpoint that proves the server generates (SGLang's C(/health_generate) or C(/health));
+        C(/v1/models) and C(/model_info) answer 200 before the server can generate.
+      - A refused connection during the cold start is normal, not a failure.
+    type: str
+    default: http://127.0.0.1:30000/health_generate
+  health_timeout:
+    description:
+      - Seconds to wait for one health answer. SGLang's can take up to 20 s, so keep this above that.
+    type: float
+    default: 30
+  api_key:
+    description:
+      - Sent in an C(Authorization) header as a C(Bearer) token with the health probe, for servers that protect it.
+    type: str
+  validate_certs:
+    description:
+      - Check the certificate of an C(https) health endpoint.
+    type: bool
+    default: true
+  engine:
+    description:
+      - Which inference engine wrote the journal, to choose the shipped rule packs.
+      - V(auto) uses the rules of every engine.
+    type: str
+    choices: [auto, sglang, vllm]
+    default: sglang
+  budget:
+    description:
+      - Seconds the whole wait may take, soak included. When it is spent the task fails with reason
+        V(health_never_passed) if the server answered HTTP but health never passed, else V(budget_exhausted).
+    type: float
+    default: 3600
+  stall_limit:
+    description:
+      - Seconds without new progress (a new milestone line, a progress bar that moved, a new phase) after which
+        the start is declared stalled, for every phase without an entry in O(stall_limits).
+      - The journal receives a progress bar that updates without newlines only in bursts, so allow for that.
+      - Once the ready marker is seen, only O(budget) limits the wait for health, unless O(stall_limits) has a C(ready) entry.
+    type: float
+    default: 900
+  stall_limits:
+    description:
+      - Stall limits per phase, overriding O(stall_limit); keys are phases (C(starting), C(loading_weights),
+        C(allocating_kv_cache), C(capturing_cuda_graphs), C(warming_up), C(ready)), values seconds.
+    type: dict
+    default: {}
+  health_successes:
+    description:
+      - Consecutive HTTP 200 answers of the health endpoint needed before the soak starts.
+    type: int
+    default: 2
+  soak:
+    description:
+      - Seconds the server must stay healthy after it was found ready (same main process and invocation,
+        no restart, health still 200, no fatal line) before the task passes.
+    type: float
+    default: 10
+  poll_interval:
+    description:
+      - Seconds each probe may watch the managed host for a change (the long-poll window). A change ends the
+        window early, so this only sets how often the connection is used when nothing happens.
+    type: float
+    default: 5
+  heartbeat:
+    description:
+      - Print a progress line at least this often, in seconds, even when nothing changes.
+    type: float
+    default: 30
+  invocation_id:
+    description:
+      - The invocation (C(InvocationID)) to watch. Default is the unit's current invocation when the wait starts.
+    type: str
+  previous_invocation_id:
+    description:
+      - The invocation before a restart. The wait first waits (up to 30 s) for the unit's C(InvocationID) to differ
+        from it, then watches the new invocation. Use it when the restart may not have registered yet.
+    type: str
+  connection_retries:
+    description:
+      - How many times in a row a probe may fail on a lost connection (the connection is reset and the probe
+        retried after a short pause) before the wait fails with reason V(unreachable).
+    type: int
+    default: 5
+notes:
+  - Reasons (RV(reason)) are V(ready) on success, and on failure V(fatal_log) (a fatal line, or with O(strict) an
+    unrecognised one), V(unit_failed), V(unit_inactive), V(restarted), V(stalled), V(budget_exhausted),
+    V(health_never_passed), V(soak_failed) (including a fatal line during the soak), V(unreachable) or V(probe_failed).
+seealso:
+  - module: inferops.runbooks.service_probe
+  - module: inferops.runbooks.journal_scan
+  - module: ansible.builtin.systemd_service
+"""
+
+EXAMPLES = r"""
+- name: Restart the SGLang server
+  ansible.builtin.systemd_service:
+    name: sglang.service
+    state: restarted
+
+- name: Wait until it is ready (up to an hour; 20 minutes for CUDA graph capture)
+  inferops.runbooks.wait_ready:
+    unit: sglang.service
+    health_url: http://127.0.0.1:30000/health_generate
+    budget: 3600
+    stall_limits:
+      capturing_cuda_graphs: 1200
+    extra_rules:
+      - id: local-frobnicator-state
+        pattern: Frobnicator returned error state \d+, continuing
+        reason: Our frobnicator reports a recoverable state at start; vendor ticket 1234.
+  register: ready
+
+- name: Show what was allowlisted on the way
+  ansible.builtin.debug:
+    msg: "{{ ready.allowlisted | map(attribute='message') | list }}"
+"""
+
+RETURN = r"""
+verdict:
+  description: V(pass) or V(fail).
+  returned: always
+  type: str
+  sample: pass
+reason:
+  description: V(ready), or why the wait failed (see the notes).
+  returned: always
+  type: str
+  sample: fatal_log
+msg:
+  description: What happened, in one line.
+  returned: always
+  type: str
+  sample: "fatal line in sglang.service's journal: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.99 GiB..."
+elapsed:
+  description: Seconds the wait took.
+  returned: always
+  type: float
+timeline:
+  description: Each start phase as the wait saw it, with C(started) (seconds since the wait began) and C(duration).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"phase": "loading_weights", "started": 0.8, "duration": 1.3}]
+phase:
+  description: The last phase reached.
+  returned: always
+  type: str
+progress:
+  description: The latest progress bar state (phase, description, percent, done, total, text, line), or null.
+  returned: always
+  type: dict
+fatal:
+  description:
+    - Fatal events of this invocation, deduplicated across ranks and repeats, with C(message), C(count), C(ranks),
+      C(rule), C(reason), C(first_line), C(last_line), timestamps, and for a traceback C(context) and C(traceback).
+  returned: always
+  type: list
+  elements: dict
+allowlisted:
+  description: Alarming-looking lines a rule says are harmless, with counts and ranks, added up across probes.
+  returned: always
+  type: list
+  elements: dict
+unrecognized:
+  description: Warnings no rule knows, each with a C(suggested_rule) to paste into O(extra_rules).
+  returned: always
+  type: list
+  elements: dict
+counts:
+  description: Lines per class (fatal, allowlisted, unrecognized, ready, progress, info).
+  returned: always
+  type: dict
+stale_rules:
+  description: Rules past their C(expires) date.
+  returned: always
+  type: list
+  elements: dict
+lines:
+  description: Journal lines of this invocation read.
+  returned: always
+  type: int
+health:
+  description: The last health probe (C(status), C(up), C(error)), the current run of C(successes), and C(history),
+    the changes of the answer with C(at) (seconds since the wait began).
+  returned: always
+  type: dict
+  sample:
+    status: 200
+    up: true
+    error: null
+    successes: 3
+    history: [{"status": "connection refused", "at": 0.9}, {"status": 503, "at": 3.1}, {"status": 200, "at": 4.2}]
+invocation_id:
+  description: The invocation watched.
+  returned: always
+  type: str
+restarts:
+  description: How many times systemd restarted the unit during the wait (growth of C(NRestarts)).
+  returned: always
+  type: int
+unit:
+  description: The unit's last state from C(systemctl show).
+  returned: always
+  type: dict
+probes:
+  description: The number of probes made.
+  returned: always
+  type: int
+last_lines:
+  description: The last lines of the invocation's journal, on failure.
+  returned: when the wait failed
+  type: list
+  elements: str
+"""

@@ -1,0 +1,55 @@
+"""The filters through a real ansible-playbook run on the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.unit.conftest import CORPUS
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "filters.yml"
+
+
+def run_filters(log: Path, out: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    variables = {"filters_log_path": str(log), "filters_out": str(out), **extra}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables)]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def result_of(process: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any]:
+    assert process.returncode == 0, process.stdout + process.stderr
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_classify_journal_filter_on_a_crashed_log(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = result_of(run_filters(CORPUS / "logs" / "sglang-nccl-02.log", out), out)
+    report = result["report"]
+    assert report["verdict"] == "fail"
+    assert any("NCCL error" in event["message"] for event in report["fatal"])
+    assert result["line"]["class"] == "allowlisted"
+    assert result["line"]["rule"] == "sglang-cute-dsl-package-walk"
+    seed = result["seed"]
+    assert seed["allowlisted"][0]["count"] == 2
+    assert seed["allowlisted"][0]["ranks"] == ["pid165489", "pid165494"]
+
+
+def test_classify_journal_filter_with_user_rule_on_a_ready_log(tmp_path: Path) -> None:
+    rules = [{"id": "site-lora-notice", "pattern": "LoRA dynamic loading", "reason": "we enable it on purpose"}]
+    out = tmp_path / "result.json"
+    result = result_of(run_filters(CORPUS / "logs" / "vllm-ready-01.log", out, filters_engine="vllm", filters_rules=rules), out)
+    assert result["report"]["verdict"] == "pass"
+
+
+def test_bad_rule_fails_the_task_with_a_clear_message(tmp_path: Path) -> None:
+    process = run_filters(CORPUS / "logs" / "vllm-ready-01.log", tmp_path / "unused.json", filters_rules=[{"id": "broken", "pattern": "a(", "reason": "x"}])
+    assert process.returncode != 0
+    assert "classify_journal: rule 'broken' (extra rules #1): invalid regular expression" in process.stdout
+    assert "Traceback" not in process.stdout + process.stderr
