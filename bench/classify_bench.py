@@ -34,7 +34,7 @@ NAIVE_PATTERN = re.compile(r"error|except|traceback|warn|fail|killed|sigquit|rea
 
 def best_of(repeat: int, run: object) -> float:
     times = []
-    for _ in range(repeat):
+    for _attempt in range(repeat):
         started = time.perf_counter()
         run()  # type: ignore[operator]
         times.append(time.perf_counter() - started)

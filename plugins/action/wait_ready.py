@@ -416,7 +416,7 @@ class Waiter:
         )
 
     def fail(self, failure: WaitFailed) -> dict[str, t.Any]:
-        self.show(f"FAILED ({failure.reason}): {failure.msg[:200]}", force=True)
+        self.show(f"failing ({failure.reason}): {failure.msg[:200]}", force=True)
         if failure.final_read and self.invocation_id:
             time.sleep(failure.settle)
             try:
@@ -432,7 +432,12 @@ class Waiter:
                     self.total["ready"] = evidence["ready"]
                     self.last_lines = list(journal.get("tail") or [])
                 self.state = final["unit"]
-        return self.result("fail", failure.reason, failure.msg)
+        reason, msg = failure.reason, failure.msg
+        if reason in ("unit_failed", "unit_inactive") and self.total["fatal"]:
+            # the fatal line was written before the process died; journald stored it a moment later
+            reason = "soak_failed" if self.soak_started is not None else "fatal_log"
+            msg = f"fatal line in {self.unit}'s journal: {str(self.total['fatal'][0].get('message', ''))[:300]} ({msg})"
+        return self.result("fail", reason, msg)
 
     def result(self, verdict: str, reason: str, msg: str) -> dict[str, t.Any]:
         now = time.monotonic()

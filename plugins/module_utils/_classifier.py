@@ -354,7 +354,7 @@ class Scanner:
         return decisions[0] if len(decisions) == 1 else None
 
     def _classify_segment(self, line: ParsedLine) -> _Decision | None:
-        if self._traceback is not None and self._continue_traceback(line):
+        if self._traceback is not None and self._continue_traceback(self._traceback, line):
             return None
         if line.message == BLOB_PLACEHOLDER:
             self.blob_lines += 1
@@ -370,7 +370,7 @@ class Scanner:
         self.counts[rule.rule_class] += 1
         key = mask(line.message.strip())
         self._apply(rule, line, key)
-        return _Decision(_BAR if rule.bar else _RULED, rule, key=key)
+        return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key)
 
     def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
         """What a classified line adds to the report (its count is already taken)."""
@@ -380,7 +380,7 @@ class Scanner:
             self.ready_line = line.number
         if rule.phase:
             self._enter_phase(rule.phase, line)
-        if rule.bar:
+        if rule.progress_bar:
             self._read_bar(line)
 
     def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str | None = None) -> Event | None:
@@ -432,10 +432,8 @@ class Scanner:
 
     # -- tracebacks -----------------------------------------------------------------------------
 
-    def _continue_traceback(self, line: ParsedLine) -> bool:
+    def _continue_traceback(self, traceback: _OpenTraceback, line: ParsedLine) -> bool:
         """Add the line to the open traceback if it belongs there; close the traceback when it ends."""
-        traceback = self._traceback
-        assert traceback is not None
         if line.stream != traceback.stream:
             return False
         if traceback.exception is not None:

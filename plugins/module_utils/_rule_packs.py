@@ -204,7 +204,7 @@ COMMON: RulePack = [
         "reason": "Weight loading progress bar.",
         "reference": f"{SGLANG_ISSUES}",
         "phase": "loading_weights",
-        "bar": True,
+        "progress_bar": True,
     },
     {
         "id": "common-weights-format",
@@ -227,7 +227,7 @@ COMMON: RulePack = [
         "pattern": r"^\s*\d+%\|",
         "reason": "A tqdm progress bar of the current phase.",
         "reference": f"{SGLANG_ISSUES}/3451",
-        "bar": True,
+        "progress_bar": True,
     },
     # -- info: ordinary lines that merely contain an alarming word ----------------------------
     {
@@ -354,7 +354,7 @@ SGLANG: RulePack = [
         "reason": "CUDA graph capture progress bar.",
         "reference": f"{SGLANG_ISSUES}",
         "phase": "capturing_cuda_graphs",
-        "bar": True,
+        "progress_bar": True,
     },
     {
         "id": "sglang-max-total-tokens",

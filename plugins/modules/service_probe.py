@@ -218,6 +218,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import 
 
 PHASE_CHOICES = ["starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready"]
 STEP = 0.5
+JOURNALD_LAG = 0.3
 HEALTH_PHASES = ("warming_up", "ready")
 
 
@@ -288,6 +289,10 @@ def main() -> None:
             time.sleep(min(STEP, remaining))
             slice_.read()
             state = unit_state(unit, systemctl=systemctl)
+        if invocation and identity(state) != identity(first):
+            # the process may have written its last lines just before it died: let journald store them
+            time.sleep(JOURNALD_LAG)
+            slice_.read()
         watched = round(time.monotonic() - started, 3)
         pending = slice_.pending_header
         hold = params["hold_traceback"] and state.get("ActiveState") == "active"

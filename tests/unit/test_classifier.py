@@ -49,13 +49,13 @@ def test_seed_scenario_with_rank_prefixes_names_the_ranks() -> None:
 
 
 def test_journal_json_text_with_byte_array_messages() -> None:
-    bar = (
+    progress_line = (
         b"\rLoading safetensors checkpoint shards:  10% Completed | 16/163 [00:01<00:09]"
         b"\rLoading safetensors checkpoint shards:  42% Completed | 68/163 [00:05<00:07]"
     )
     records = [
         journal_record("[2025-03-08 12:29:13 TP0] Load weight begin. avail mem=21.63 GB"),
-        journal_record(bar),
+        journal_record(progress_line),
         journal_record(READY),
     ]
     text = "\n".join(json.dumps(record) for record in records)
@@ -87,8 +87,8 @@ def test_blob_data_placeholders_are_counted_not_failed() -> None:
 
 
 def test_carriage_return_updates_keep_the_latest_state() -> None:
-    bar = "".join(f"\rCapturing batches (bs=1 avail_mem=14.43 GB): {p:3d}%|##| {p // 5}/20 [00:01<00:00,  1.50it/s]" for p in range(0, 101, 5))
-    report = classify("[2025-03-08 12:29:21 TP0] Capture cuda graph begin. This can take up to several minutes.\n" + bar + "\n")
+    progress_line = "".join(f"\rCapturing batches (bs=1 avail_mem=14.43 GB): {p:3d}%|##| {p // 5}/20 [00:01<00:00,  1.50it/s]" for p in range(0, 101, 5))
+    report = classify("[2025-03-08 12:29:21 TP0] Capture cuda graph begin. This can take up to several minutes.\n" + progress_line + "\n")
     assert report["progress"]["percent"] == 100
     assert report["progress"]["done"] == 20
     assert report["phase"] == "capturing_cuda_graphs"

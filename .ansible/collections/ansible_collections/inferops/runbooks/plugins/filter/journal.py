@@ -7,6 +7,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import (
     ENGINES,
     RuleError,

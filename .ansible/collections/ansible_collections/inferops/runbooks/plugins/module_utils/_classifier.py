@@ -17,7 +17,7 @@ import datetime
 import re
 import typing as t
 
-from ._lines import (
+from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     BLOB_PLACEHOLDER,
     FORM_JSON,
     ParsedLine,
@@ -27,8 +27,8 @@ from ._lines import (
     parse,
     record_message,
 )
-from ._rule_packs import ENGINE_PACKS, PACKS
-from ._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, PACKS
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
 
 __all__ = ["RuleError", "Scanner", "classify", "classify_line", "load_rules"]
 
@@ -111,7 +111,21 @@ def suggest_rule(message: str, event_class: str = "allowlisted") -> dict[str, t.
 class Event:
     """Lines of one class and one message family, deduplicated across ranks and repeats."""
 
-    __slots__ = ("context", "count", "event_class", "first_line", "first_timestamp", "key", "last_line", "last_timestamp", "level", "message", "ranks", "rule", "traceback")
+    __slots__ = (
+        "context",
+        "count",
+        "event_class",
+        "first_line",
+        "first_timestamp",
+        "key",
+        "last_line",
+        "last_timestamp",
+        "level",
+        "message",
+        "ranks",
+        "rule",
+        "traceback",
+    )
 
     def __init__(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str) -> None:
         self.event_class = event_class
@@ -154,6 +168,11 @@ class Event:
         if self.event_class == "unrecognized":
             result["suggested_rule"] = suggest_rule(self.message)
         return result
+
+
+def _bar_line(data: bytes, found: tuple[int, int, int, Rule]) -> tuple[bytes, int, str | None, Rule]:
+    start, end, number, rule = found
+    return data[start:end], number, None, rule
 
 
 def _latest_update(shape: bytes) -> bytes:
@@ -265,7 +284,7 @@ class Scanner:
         number = self.line_number
         info = progress = 0
         start = 0
-        latest_bar: tuple[bytes, int, None, Rule] | None = None
+        latest_bar: tuple[int, int, int, Rule] | None = None
         tracing = self._traceback is not None
         for shape in shapes:
             number += 1
@@ -280,16 +299,16 @@ class Scanner:
                 counts[known.counted] += 1
             elif known is not None and known.kind is _BAR:
                 progress += 1
-                latest_bar = (data[start:end], number, None, known.rule)  # type: ignore[assignment]
+                latest_bar = (start, end, number, known.rule)  # type: ignore[assignment]
             else:
                 if latest_bar is not None:
-                    self._pending_bar, latest_bar = latest_bar, None
+                    self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
                 self.line_number = number
                 self._take(shape, data[start:end], None)
                 tracing = self._traceback is not None
             start = end + 1
         if latest_bar is not None:
-            self._pending_bar = latest_bar
+            self._pending_bar = _bar_line(data, latest_bar)
         self.line_number = number
         counts["info"] += info
         counts["progress"] += progress
@@ -335,7 +354,7 @@ class Scanner:
         return decisions[0] if len(decisions) == 1 else None
 
     def _classify_segment(self, line: ParsedLine) -> _Decision | None:
-        if self._traceback is not None and self._continue_traceback(line):
+        if self._traceback is not None and self._continue_traceback(self._traceback, line):
             return None
         if line.message == BLOB_PLACEHOLDER:
             self.blob_lines += 1
@@ -351,7 +370,7 @@ class Scanner:
         self.counts[rule.rule_class] += 1
         key = mask(line.message.strip())
         self._apply(rule, line, key)
-        return _Decision(_BAR if rule.bar else _RULED, rule, key=key)
+        return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key)
 
     def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
         """What a classified line adds to the report (its count is already taken)."""
@@ -361,7 +380,7 @@ class Scanner:
             self.ready_line = line.number
         if rule.phase:
             self._enter_phase(rule.phase, line)
-        if rule.bar:
+        if rule.progress_bar:
             self._read_bar(line)
 
     def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str | None = None) -> Event | None:
@@ -413,10 +432,8 @@ class Scanner:
 
     # -- tracebacks -----------------------------------------------------------------------------
 
-    def _continue_traceback(self, line: ParsedLine) -> bool:
+    def _continue_traceback(self, traceback: _OpenTraceback, line: ParsedLine) -> bool:
         """Add the line to the open traceback if it belongs there; close the traceback when it ends."""
-        traceback = self._traceback
-        assert traceback is not None
         if line.stream != traceback.stream:
             return False
         if traceback.exception is not None:

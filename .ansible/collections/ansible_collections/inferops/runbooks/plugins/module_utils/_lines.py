@@ -49,7 +49,7 @@ _CHAIN_MARKERS = ("During handling of the above exception", "The above exception
 class ParsedLine:
     """One log line taken apart: where it came from and what it says."""
 
-    __slots__ = ("level", "logger", "message", "number", "rank", "stream", "text", "timestamp", "tagged")
+    __slots__ = ("level", "logger", "message", "number", "rank", "stream", "tagged", "text", "timestamp")
 
     def __init__(self, number: int, text: str) -> None:
         self.number = number

@@ -16,7 +16,7 @@ PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_
 LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 REQUIRED_KEYS = ("id", "pattern", "reason")
-OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "bar", "engine")
+OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar", "engine")
 
 # The order in which shipped rules are tried: a specific allowlist entry beats a generic fatal
 # shape, a fatal shape beats a progress milestone ("Capture cuda graph failed"), and the warning
@@ -33,7 +33,7 @@ class RuleError(ValueError):
 class Rule:
     """One compiled rule."""
 
-    __slots__ = ("bar", "engine", "expires", "id", "levels", "phase", "pattern", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
+    __slots__ = ("engine", "expires", "id", "levels", "pattern", "phase", "progress_bar", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
 
     def __init__(self, spec: t.Mapping[str, t.Any], source: str, default_class: str) -> None:
         self.source = source
@@ -44,7 +44,7 @@ class Rule:
         self.reference = str(spec.get("reference") or "")
         self.phase = spec.get("phase")
         self.levels = tuple(spec["levels"]) if spec.get("levels") else None
-        self.bar = bool(spec.get("bar", False))
+        self.progress_bar = bool(spec.get("progress_bar", False))
         self.engine = spec.get("engine")
         self.expires = _parse_expiry(spec.get("expires"), self.label)
         self.regex = _compile(self.pattern, self.label)

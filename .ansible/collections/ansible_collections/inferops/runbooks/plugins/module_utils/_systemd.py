@@ -34,7 +34,16 @@ SHOW_PROPERTIES = (
     "ExecMainStartTimestampMonotonic",
 )
 INTEGER_PROPERTIES = frozenset(
-    ("MainPID", "NRestarts", "ExecMainPID", "ExecMainStatus", "ExecMainCode", "ActiveEnterTimestampMonotonic", "StateChangeTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+    (
+        "MainPID",
+        "NRestarts",
+        "ExecMainPID",
+        "ExecMainStatus",
+        "ExecMainCode",
+        "ActiveEnterTimestampMonotonic",
+        "StateChangeTimestampMonotonic",
+        "ExecMainStartTimestampMonotonic",
+    )
 )
 # what, of the unit's state, tells that the process we watch is not the one we started
 IDENTITY_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "InvocationID")
@@ -53,7 +62,7 @@ Runner = t.Callable[[t.Sequence[str]], t.Tuple[int, str, str]]
 
 def run_command(argv: t.Sequence[str]) -> tuple[int, str, str]:
     """Run a command and return (return code, stdout, stderr) as text."""
-    process = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    process = subprocess.run(list(argv), capture_output=True, check=False)
     return process.returncode, process.stdout.decode("utf-8", "replace"), process.stderr.decode("utf-8", "replace")
 
 

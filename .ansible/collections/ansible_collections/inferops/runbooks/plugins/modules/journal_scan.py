@@ -10,11 +10,11 @@ short_description: Classify a systemd unit's journal for an inference server's s
 version_added: 0.1.0
 description:
   - Reads a unit's journal records with C(journalctl -o json) and classifies every line with the collection's
-    rules: fatal errors, allowlisted noise, unrecognised warnings, start phases, progress bars and the ready marker.
+    rules into fatal errors, allowlisted noise, unrecognised warnings, start phases, progress bars and the ready marker.
   - Reads the unit's current invocation by default (C(_SYSTEMD_INVOCATION_ID) from C(systemctl show -p InvocationID)),
     or another invocation, or every invocation; optionally only the records after a cursor or since a time.
   - Streams the records through the classifier; the journal is never held in memory.
-  - Reports, never fails on what it reads: check RV(verdict) (or use M(inferops.runbooks.wait_ready)).
+  - Reports, never fails on what it reads; check RV(verdict) (or use M(inferops.runbooks.wait_ready)).
 author:
   - inferops.runbooks contributors
 extends_documentation_fragment:
@@ -189,11 +189,12 @@ last_lines:
   elements: str
 """
 
-import typing as t
+import typing as t  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, is_invocation_id, unit_name, unit_state
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, is_invocation_id, unit_name, unit_state  # noqa: E402
 
 
 def argument_spec() -> dict[str, t.Any]:

@@ -80,7 +80,7 @@ options:
     default: true
   api_key:
     description:
-      - Sent as C(Authorization: Bearer) with the health probe. SGLang's health endpoints do not need it.
+      - Sent in an C(Authorization) header as a C(Bearer) token with the health probe. SGLang's health endpoints do not need it.
     type: str
   validate_certs:
     description:
@@ -206,17 +206,19 @@ watched:
   type: float
 """
 
-import time
-import typing as t
+import time  # noqa: E402
+import typing as t  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe
-from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, identity, is_invocation_id, unit_name, unit_state
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, identity, is_invocation_id, unit_name, unit_state  # noqa: E402
 
 PHASE_CHOICES = ["starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready"]
 STEP = 0.5
+JOURNALD_LAG = 0.3
 HEALTH_PHASES = ("warming_up", "ready")
 
 
@@ -287,6 +289,10 @@ def main() -> None:
             time.sleep(min(STEP, remaining))
             slice_.read()
             state = unit_state(unit, systemctl=systemctl)
+        if invocation and identity(state) != identity(first):
+            # the process may have written its last lines just before it died: let journald store them
+            time.sleep(JOURNALD_LAG)
+            slice_.read()
         watched = round(time.monotonic() - started, 3)
         pending = slice_.pending_header
         hold = params["hold_traceback"] and state.get("ActiveState") == "active"

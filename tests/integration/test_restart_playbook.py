@@ -1,0 +1,234 @@
+"""playbooks/restart_sglang.yml for real: ansible-playbook against systemd hosts running the simulator.
+
+Every test starts from hosts whose simulator is stopped and reset; the scenario is set per test. The
+simulator's cold start is shortened (SIM_SPEED, SIM_WARMUP_SECONDS) and the role's waits with it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.fleet import Fleet
+from tests.integration.conftest import REPO, PlaybookRun, RunPlaybook
+
+PLAYBOOK = "playbooks/restart_sglang.yml"
+UNIT = "sglang.service"
+FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
+# the role's timings for a cold start of a few seconds
+QUICK = {
+    "sglang_restart_soak": 2,
+    "sglang_restart_poll_interval": 1,
+    "sglang_restart_heartbeat": 5,
+    "sglang_restart_budget": 120,
+    "sglang_restart_stall_limit": 60,
+    "sglang_restart_release_timeout": 30,
+}
+API_KEY = "sk-inferops-test-7f3a9c2e5b1d"
+
+
+def show(fleet: Fleet, host: str, prop: str) -> str:
+    return fleet.ssh(host, f"systemctl show -p {prop} --value {UNIT}").stdout.strip()
+
+
+def invocation(fleet: Fleet, host: str) -> str:
+    return show(fleet, host, "InvocationID")
+
+
+def health(fleet: Fleet, host: str) -> str:
+    code = "import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:30000/health_generate', timeout=5).status)\nexcept Exception as e: print(getattr(e, 'code', 'down'))"
+    return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
+
+
+def start_all(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
+    """Start the simulator everywhere (ok scenario) and return the InvocationIDs."""
+    for host in hosts:
+        fleet.set_scenario(host, **FAST)
+        fleet.ssh(host, f"systemctl start {UNIT}")
+    ids = {host: invocation(fleet, host) for host in hosts}
+    assert all(len(i) == 32 for i in ids.values()), ids
+    return ids
+
+
+def output(run: PlaybookRun) -> str:
+    return run.stdout + run.stderr
+
+
+@pytest.fixture
+def hosts(fleet: Fleet) -> Iterator[list[str]]:
+    """All hosts, simulator stopped, failed state and scenario cleared (before and after)."""
+    for host in fleet.hosts:
+        fleet.reset(host)
+    yield fleet.hosts
+    for host in fleet.hosts:
+        fleet.reset(host)
+
+
+def test_ok_restart_passes_and_reports(fleet: Fleet, hosts: list[str], tmp_path: Path) -> None:
+    """The ok scenario passes through ansible-runner (the CI path): exit 0, the summary names the
+    allowlisted CUTE_DSL warning of all 8 ranks, set_stats artifacts, JSON and JUnit reports."""
+    import ansible_runner
+
+    host = hosts[0]
+    before = start_all(fleet, [host])[host]
+    reports = tmp_path / "reports"
+    (tmp_path / "runner").mkdir()
+    env = fleet.ansible_env()
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    runner = ansible_runner.run(
+        private_data_dir=str(tmp_path / "runner"),
+        project_dir=str(REPO),
+        playbook=str(REPO / PLAYBOOK),
+        inventory=str(fleet.inventory),
+        limit=host,
+        extravars={**QUICK, "sglang_restart_report_dir": str(reports)},
+        envvars=env,
+        quiet=True,
+        timeout=300,
+    )
+    stdout = runner.stdout.read()
+    assert runner.rc == 0, stdout[-6000:]
+    assert runner.status == "successful"
+
+    # the summary: a pass, the CUTE_DSL warning allowlisted on every rank, progress lines shown
+    assert f"{host} {UNIT}: PASS (ready)" in stdout
+    assert "[sglang-cute-dsl-package-walk] x8 on 8 ranks (TP0..TP7)" in stdout
+    assert "fatal: none" in stdout
+
+    # the new invocation runs and serves
+    after = invocation(fleet, host)
+    assert after != before
+    assert show(fleet, host, "ActiveState") == "active"
+    assert health(fleet, host) == "200"
+
+    # set_stats -> ansible-runner artifact data (what AWX shows as artifacts)
+    stats = [e for e in runner.events if e.get("event") == "playbook_on_stats"]
+    artifacts = stats[-1]["event_data"]["artifact_data"]["sglang_restart"][host]
+    assert artifacts["verdict"] == "pass"
+    assert artifacts["reason"] == "ready"
+    assert artifacts["invocation_id"] == after
+    assert artifacts["previous_invocation_id"] == before
+    assert float(artifacts["elapsed"]) > 0
+
+    # the JSON report: the whole evidence
+    report = json.loads((reports / f"{host}.json").read_text())
+    assert report["verdict"] == "pass" and report["reason"] == "ready"
+    assert report["invocation_id"] == after and report["previous_invocation_id"] == before
+    assert report["fatal"] == []
+    cute = [e for e in report["allowlisted"] if e["rule"] == "sglang-cute-dsl-package-walk"]
+    assert cute and cute[0]["count"] == 8 and len(cute[0]["ranks"]) == 8
+    assert [t["phase"] for t in report["timeline"]], report["timeline"]
+
+    # the JUnit report: one passing test case
+    suites = ET.parse(reports / f"{host}.junit.xml").getroot()
+    assert suites.tag == "testsuites" and suites.get("failures") == "0"
+    cases = suites.findall("./testsuite/testcase")
+    assert len(cases) == 1
+    assert cases[0].find("failure") is None and cases[0].find("skipped") is None
+    props = {p.get("name"): p.get("value") for p in suites.iter("property")}
+    assert props["verdict"] == "pass" and props["invocation_id"] == after
+
+
+def test_rolling_restart_stops_at_the_first_failed_host(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """Canary first, one host at a time: sim1 is restarted and healthy, sim2 crashes in CUDA graph
+    capture and fails the run, sim3 is never touched (same InvocationID), the exit code is non-zero."""
+    assert len(hosts) >= 3, "needs 3 hosts"
+    first, second, third = hosts[:3]
+    before = start_all(fleet, [first, second, third])
+    fleet.set_scenario(second, **FAST, SIM_SCENARIO="crash", SIM_PHASE="capturing_cuda_graphs", SIM_FAILURE="cuda_oom")
+
+    run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(tmp_path)})
+    out = output(run)
+    assert run.returncode != 0, run
+
+    # the canary: restarted, active, healthy
+    assert invocation(fleet, first) != before[first]
+    assert show(fleet, first, "ActiveState") == "active"
+    assert health(fleet, first) == "200"
+    assert f"{first} {UNIT}: PASS (ready)" in out
+
+    # the failed host: restarted, failed fast with its evidence
+    assert invocation(fleet, second) != before[second]
+    assert f"{second} {UNIT}: FAIL (fatal_log)" in out
+    assert "CUDA out of memory" in out
+    failed = json.loads((tmp_path / f"{second}.json").read_text())
+    assert failed["verdict"] == "fail" and failed["reason"] == "fatal_log" and failed["fatal"]
+    junit = ET.parse(tmp_path / f"{second}.junit.xml").getroot()
+    failure = junit.find("./testsuite/testcase/failure")
+    assert failure is not None and failure.get("type") == "fatal_log"
+
+    # the host after it: never touched
+    assert invocation(fleet, third) == before[third]
+    assert f"[{third}]" not in out
+    assert not (tmp_path / f"{third}.json").exists()
+
+
+def test_check_mode_changes_nothing(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
+    """--check on the whole fleet: exit 0, every host says what would happen, no InvocationID changes."""
+    before = start_all(fleet, hosts)
+    pids = {h: show(fleet, h, "MainPID") for h in hosts}
+    run = run_playbook(PLAYBOOK, "--check", extra_vars=QUICK)
+    out = output(run)
+    assert run.returncode == 0, run
+    for host in hosts:
+        assert f"CHECK MODE: {UNIT} on {host} was not touched." in out
+        assert invocation(fleet, host) == before[host]
+        assert show(fleet, host, "MainPID") == pids[host]
+    assert "A real run would stop it" in out
+
+
+def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A unit name that does not exist: a clear refusal on the canary, nothing restarted anywhere."""
+    before = start_all(fleet, hosts)
+    run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_unit": "no-such-server.service", "sglang_restart_report_dir": str(tmp_path)})
+    out = output(run)
+    assert run.returncode != 0, run
+    assert f"Refusing to restart no-such-server.service on {hosts[0]}: there is no such systemd unit (LoadState=not-found)" in out
+    assert "Nothing was stopped or started" in out
+    assert "Wait | Follow the cold start" not in out
+    for host in hosts:
+        assert invocation(fleet, host) == before[host]
+    report = json.loads((tmp_path / f"{hosts[0]}.json").read_text())
+    assert report["verdict"] == "fail" and report["reason"] == "unit_not_found"
+    assert not (tmp_path / f"{hosts[1]}.json").exists()
+
+
+def test_api_key_is_never_printed(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
+    """The server requires an API key; the smoke test sends it from the target and generates a token.
+    At -vvv the key appears nowhere in the output. A wrong key fails the smoke test (HTTP 401)."""
+    host = hosts[0]
+    fleet.set_scenario(host, **FAST, SIM_API_KEY=API_KEY)
+    extra = {**QUICK, "sglang_restart_smoke_test": True, "sglang_restart_api_key": API_KEY}
+    run = run_playbook(PLAYBOOK, "-vvv", extra_vars=extra, limit=host)
+    out = output(run)
+    assert run.returncode == 0, run
+    assert "smoke test: HTTP 200, generated" in out
+    # the key was passed on the command line (-e); ansible-playbook echoes no command line, so any
+    # occurrence would be a leak from a task
+    assert API_KEY not in out
+
+    wrong = "sk-wrong-key-0000"
+    run = run_playbook(PLAYBOOK, "-v", extra_vars={**extra, "sglang_restart_api_key": wrong}, limit=host)
+    out = output(run)
+    assert run.returncode != 0, run
+    assert "FAIL (smoke_failed)" in out
+    assert "smoke test: HTTP 401" in out
+    assert wrong not in out and API_KEY not in out
+
+
+def test_playbook_runs_by_its_collection_name(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
+    """ansible-playbook inferops.runbooks.restart_sglang works from a clone (ansible.cfg + symlink)."""
+    host = hosts[0]
+    fleet.set_scenario(host, **FAST)
+    started = time.monotonic()
+    run = run_playbook("inferops.runbooks.restart_sglang", extra_vars={**QUICK, "sglang_batch_size": 2}, limit=host)
+    assert run.returncode == 0, run
+    assert f"{host} {UNIT}: PASS (ready)" in output(run)
+    assert show(fleet, host, "ActiveState") == "active"
+    assert time.monotonic() - started < 120

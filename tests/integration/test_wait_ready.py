@@ -1,0 +1,215 @@
+"""inferops.runbooks.wait_ready through real ansible-playbook runs against a real systemd host.
+
+Each test restarts the simulated SGLang unit with tests/integration/playbooks/wait_ready.yml and
+waits for it; the simulator runs a 20 s cold start shortened to about 3 s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.fleet import Fleet
+
+PLAYBOOK = Path(__file__).parent / "playbooks" / "wait_ready.yml"
+FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
+LIMITS: dict[str, Any] = {"soak": 3, "stall_limit": 6, "budget": 40, "poll_interval": 2}
+CRASHES = [
+    ("starting", "nccl"),
+    ("loading_weights", "cuda_oom"),
+    ("allocating_kv_cache", "scheduler_exception"),
+    ("capturing_cuda_graphs", "nccl"),
+    ("warming_up", "scheduler_exception"),
+]
+# what the fatal event's message says, per failure
+FATAL_WORDS = {"nccl": "NCCL error", "cuda_oom": "CUDA out of memory", "scheduler_exception": "Error"}
+
+
+def wait(run_playbook: Any, tmp_path: Path, **extra: Any) -> tuple[Any, dict[str, Any]]:
+    result_file = tmp_path / "wait.json"
+    run = run_playbook(PLAYBOOK, extra_vars={**LIMITS, **extra, "result_file": str(result_file)}, limit="sim1", timeout=300)
+    assert result_file.exists(), run
+    return run, json.loads(result_file.read_text())
+
+
+def journal_time(fleet: Fleet, host: str, invocation: str, needle: str) -> float:
+    """When the first record of the invocation containing ``needle`` reached the journal (epoch seconds)."""
+    out = fleet.ssh(host, f"journalctl -o json --no-pager --output-fields=MESSAGE _SYSTEMD_INVOCATION_ID={invocation}").stdout
+    for line in out.splitlines():
+        record = json.loads(line)
+        message = record.get("MESSAGE")
+        text = bytes(message).decode("utf-8", "replace") if isinstance(message, list) else str(message)
+        if needle in text:
+            return int(record["__REALTIME_TIMESTAMP"]) / 1e6
+    raise AssertionError(f"no {needle!r} in the journal of {invocation}")
+
+
+def test_ok_passes_with_cute_dsl_allowlisted_and_progress_shown(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, **FAST)
+    run, result = wait(run_playbook, tmp_path)
+    assert run.returncode == 0, run
+    assert result["verdict"] == "pass" and result["reason"] == "ready", result["msg"]
+    assert result["health"]["status"] == 200 and result["health"]["successes"] >= 2
+    assert [entry["status"] for entry in result["health"]["history"]][-1] == 200
+    cute = [event for event in result["allowlisted"] if "Unexpected error during package walk" in event["message"]]
+    assert len(cute) == 1, result["allowlisted"]
+    assert cute[0]["count"] == 8
+    print(f"\nCUTE_DSL warning: count {cute[0]['count']}, ranks {cute[0]['ranks']}")
+    assert len(cute[0]["ranks"]) == 8, cute[0]
+    assert not result["fatal"]
+    assert [entry["phase"] for entry in result["timeline"]][-1] == "ready"
+    assert result["restarts"] == 0 and len(result["invocation_id"]) == 32
+    lines = [line for line in run.stdout.splitlines() if line.startswith("sim1: sglang.service ")]
+    print("\n".join(lines))
+    assert any(re.search(r"\d+% \(\d+/\d+ (shards|batches)\)", line) for line in lines), lines
+    assert any("warming up" in line or "ready marker seen" in line for line in lines), lines
+    assert any("soaking" in line for line in lines), lines
+    assert all("elapsed" in line for line in lines)
+
+
+@pytest.mark.parametrize(("phase", "failure"), CRASHES)
+def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path, phase: str, failure: str) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="crash", SIM_PHASE=phase, SIM_FAILURE=failure, **FAST)
+    run, result = wait(run_playbook, tmp_path)
+    ended = time.time()
+    assert run.returncode != 0, run
+    assert result["verdict"] == "fail" and result["failed"] is True
+    assert result["reason"] in ("fatal_log", "unit_failed"), result["msg"]
+    assert result["fatal"], result
+    messages = " | ".join(event["message"] for event in result["fatal"])
+    assert FATAL_WORDS[failure] in messages, messages
+    assert any(event.get("traceback") for event in result["fatal"]), result["fatal"]
+    assert result["last_lines"] and len(result["last_lines"]) <= 20
+    printed = journal_time(fleet, sim_host, result["invocation_id"], "Scheduler hit an exception")
+    delay = ended - printed
+    print(f"\ncrash in {phase} ({failure}): reason {result['reason']}, playbook ended {delay:.2f} s after the fatal line reached the journal")
+    assert delay < 10, delay
+
+
+def test_hang_fails_on_the_stall_limit(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="hang", SIM_PHASE="capturing_cuda_graphs", **FAST)
+    run, result = wait(run_playbook, tmp_path)
+    assert run.returncode != 0
+    assert result["reason"] == "stalled", result["msg"]
+    assert "capturing cuda graphs" in result["msg"]
+    print(f"\nhang: {result['msg']} (elapsed {result['elapsed']} s)")
+    assert result["elapsed"] < 20
+
+
+def test_crash_loop_fails_on_restarts(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
+    # watch the first invocation, looked at only after systemd restarted it (RestartSec=2)
+    run, result = wait(run_playbook, tmp_path, watch_first_invocation=True, pre_wait_delay=4)
+    assert run.returncode != 0
+    print(f"\ncrash_loop: {result['reason']}: {result['msg']}")
+    assert result["reason"] == "restarted", result["msg"]
+    assert result["restarts"] >= 1
+    assert result["fatal"], "the watched invocation's fatal lines are the evidence"
+
+
+def test_crash_loop_seen_from_its_first_crash(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    """Without a head start the first crash's traceback is seen before systemd restarts the unit."""
+    fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
+    run, result = wait(run_playbook, tmp_path)
+    assert run.returncode != 0
+    print(f"\ncrash_loop, no head start: {result['reason']}: {result['msg']}")
+    assert result["reason"] in ("fatal_log", "restarted", "unit_failed"), result["msg"]
+
+
+def test_health_503_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="health_503", **FAST)
+    run, result = wait(run_playbook, tmp_path, budget=12)
+    assert run.returncode != 0
+    assert result["reason"] == "health_never_passed", result["msg"]
+    statuses = [entry["status"] for entry in result["health"]["history"]]
+    print(f"\nhealth_503: {result['msg']}; history {result['health']['history']}")
+    assert 503 in statuses and 200 not in statuses
+    assert result["phase"] == "ready"
+    assert 11 <= result["elapsed"] < 20
+
+
+def test_slow_health_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="slow_health", SIM_HEALTH_DELAY="25", **FAST)
+    run, result = wait(run_playbook, tmp_path, budget=15, health_timeout=3)
+    assert run.returncode != 0
+    assert result["reason"] in ("health_never_passed", "budget_exhausted"), result["msg"]
+    print(f"\nslow_health: {result['reason']}: {result['msg']}; history {result['health']['history']}")
+    assert any("no answer" in str(entry["status"]) for entry in result["health"]["history"])
+    assert result["elapsed"] < 25
+
+
+def test_unknown_error_passes_with_a_suggested_rule_and_fails_when_strict(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="unknown_error", **FAST)
+    run, result = wait(run_playbook, tmp_path)
+    assert run.returncode == 0, run
+    frob = [event for event in result["unrecognized"] if "Frobnicator" in event["message"]]
+    assert len(frob) == 1 and frob[0]["count"] == 1, result["unrecognized"]
+    rule = frob[0]["suggested_rule"]
+    assert rule["class"] == "allowlisted" and re.search(rule["pattern"], frob[0]["message"])
+    print(f"\nunknown_error: unrecognized {[event['message'] for event in result['unrecognized']]}; suggested {rule}")
+
+    run, result = wait(run_playbook, tmp_path, strict=True)
+    assert run.returncode != 0
+    assert result["reason"] == "fatal_log" and "strict mode" in result["msg"], result["msg"]
+
+    # the suggested rule, given back as an extra rule, allowlists the line
+    allow = {key: rule[key] for key in ("id", "pattern", "reason")}
+    run, result = wait(run_playbook, tmp_path, extra_rules=[allow], disabled_rules=["common-warning-vocabulary"], strict=True)
+    assert run.returncode == 0, run
+    assert any(event["rule"] == rule["id"] for event in result["allowlisted"])
+
+
+def test_ready_then_crash_fails_in_the_soak(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, SIM_SCENARIO="ready_then_crash", SIM_CRASH_AFTER_READY="3", **FAST)
+    run, result = wait(run_playbook, tmp_path, soak=10)
+    assert run.returncode != 0
+    assert result["reason"] in ("soak_failed", "fatal_log"), result["msg"]
+    print(f"\nready_then_crash: {result['reason']}: {result['msg']}")
+    assert result["fatal"] and "illegal memory access" in " ".join(event["message"] for event in result["fatal"])
+
+
+def test_bad_rule_fails_with_a_clear_message(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(sim_host, **FAST)
+    run, result = wait(run_playbook, tmp_path, extra_rules=[{"id": "broken", "pattern": "(", "reason": "x"}])
+    assert run.returncode != 0
+    assert result["reason"] == "probe_failed" and "broken" in result["msg"] and "invalid regular expression" in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"]
+
+
+def test_wait_survives_a_dropped_connection(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    # a slower start (~10 s) so the connection can be cut while the wait goes on
+    fleet.set_scenario(sim_host, SIM_SPEED="0.5", SIM_WARMUP_SECONDS="1", SIM_TP="8")
+    control_dir = Path(fleet.ansible_env()["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+    cuts: list[str] = []
+
+    def cut() -> None:
+        for delay in (4.0, 3.0):
+            time.sleep(delay)
+            # end Ansible's SSH ControlMaster (the shared connection) and every session on it
+            for sock in control_dir.iterdir() if control_dir.is_dir() else ():
+                if sock.is_socket():
+                    proc = fleet_ssh_exit(sock)
+                    cuts.append(f"{sock.name}: rc={proc}")
+
+    cutter = threading.Thread(target=cut, daemon=True)
+    cutter.start()
+    run, result = wait(run_playbook, tmp_path, budget=60, poll_interval=5)
+    cutter.join(timeout=10)
+    retries = [line for line in run.stdout.splitlines() if "connection lost" in line]
+    print(f"\ndropped connection: cuts {cuts}; retries shown: {retries}; verdict {result['verdict']} in {result['elapsed']} s")
+    assert cuts, "no ControlMaster socket was found to cut"
+    assert run.returncode == 0, run
+    assert result["verdict"] == "pass"
+
+
+def fleet_ssh_exit(sock: Path) -> int:
+    import subprocess
+
+    proc = subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "fleet-host"], capture_output=True, timeout=10, check=False)
+    return proc.returncode
