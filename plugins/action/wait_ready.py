@@ -23,7 +23,7 @@ display = Display()
 PROBE_MODULE = "inferops.runbooks.service_probe"
 PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready")
 HEALTH_INTERVAL = 1.0
-FATAL_SETTLE = 1.5
+FATAL_SETTLE = 1.0
 FAILURE_SETTLE = 0.5
 SWITCH_LIMIT = 30.0
 TAIL_LINES = 20
@@ -114,6 +114,7 @@ class Waiter:
         self.last_display = float("-inf")
         self.probes = 0
         self.last_lines: list[str] = []
+        self.detected: float | None = None
 
     # -- time ----------------------------------------------------------------------------------
 
@@ -305,7 +306,7 @@ class Waiter:
             raise WaitFailed(
                 "restarted",
                 f"{self.unit} was restarted during the start (InvocationID {self.invocation_id} -> {state.get('InvocationID') or 'none'}, "
-                f"NRestarts {base.get('NRestarts') if base else '?'} -> {state.get('NRestarts')}): the start is lost",
+                f"NRestarts {str(base.get('NRestarts')) + ' -> ' if base else 'now '}{state.get('NRestarts')}): the start is lost",
                 settle=FAILURE_SETTLE,
             )
         if base and base.get("MainPID") and state.get("MainPID") and state["MainPID"] != base["MainPID"]:
@@ -416,6 +417,7 @@ class Waiter:
         )
 
     def fail(self, failure: WaitFailed) -> dict[str, t.Any]:
+        self.detected = round(self.elapsed(), 1)
         self.show(f"failing ({failure.reason}): {failure.msg[:200]}", force=True)
         if failure.final_read and self.invocation_id:
             time.sleep(failure.settle)
@@ -475,6 +477,7 @@ class Waiter:
         if verdict == "fail":
             result["failed"] = True
             result["last_lines"] = self.last_lines
+            result["detected"] = self.detected
         return result
 
 

@@ -238,6 +238,13 @@ COMMON: RulePack = [
         "reference": "https://www.uvicorn.org/settings/#logging",
     },
     {
+        "id": "common-python-warning-source-line",
+        "class": "info",
+        "pattern": r"^\s+warnings\.warn\(",
+        "reason": "Python prints the source line of the warning on the line before.",
+        "reference": "https://docs.python.org/3/library/warnings.html#warnings.formatwarning",
+    },
+    {
         "id": "common-systemd-unit-lifecycle",
         "class": "info",
         "pattern": r"^(?:Started|Starting|Stopping|Stopped) .*\.service|Deactivated successfully|Consumed .* CPU time",

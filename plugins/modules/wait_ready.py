@@ -263,6 +263,10 @@ probes:
   description: The number of probes made.
   returned: always
   type: int
+detected:
+  description: Seconds after the wait began when the failure was seen (before the last read of the journal).
+  returned: when the wait failed
+  type: float
 last_lines:
   description: The last lines of the invocation's journal, on failure.
   returned: when the wait failed
