@@ -12,7 +12,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-FORBIDDEN_IN_TARBALL = (".venv/", ".ansible/", "tests/output/", "__pycache__", ".pytest_cache", ".build/", "collections/ansible_collections/", ".git/", "bench/")
+FORBIDDEN_IN_TARBALL = (
+    ".venv/",
+    ".ansible/",
+    "tests/output/",
+    "__pycache__",
+    ".pytest_cache",
+    ".build/",
+    "collections/ansible_collections/",
+    ".git/",
+    "bench/",
+)
 
 
 def ansible(*cmd: str) -> subprocess.CompletedProcess[str]:
