@@ -242,6 +242,14 @@ class Scanner:
         self._traceback: _OpenTraceback | None = None
         self._tail = b""
 
+    @property
+    def open_traceback(self) -> tuple[int, str] | None:
+        """Line number and text of the first line of a Python traceback still being read, if any:
+        a caller reading a live journal can stop before it and read it whole next time."""
+        if self._traceback is None:
+            return None
+        return self._traceback.header.number, self._traceback.header.text
+
     # -- input ------------------------------------------------------------------------------
 
     def feed_text(self, chunk: bytes | str) -> None:

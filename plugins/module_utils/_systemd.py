@@ -223,12 +223,11 @@ def message_text(message: t.Any) -> str:
             message = bytes(message).decode("utf-8", "replace")
         except (TypeError, ValueError):
             return ""
-    if not isinstance(message, str):
-        return "" if message is None else str(message)
-    if "\r" in message:
-        parts = [part for part in message.split("\r") if part.strip()]
-        message = parts[-1] if parts else ""
-    return message.rstrip()
+    text = message if isinstance(message, str) else "" if message is None else str(message)
+    if "\r" in text:
+        parts = [part for part in text.split("\r") if part.strip()]
+        text = parts[-1] if parts else ""
+    return text.rstrip()
 
 
 # -- one invocation's journal, read in steps into one Scanner ---------------------------------
@@ -280,8 +279,8 @@ class JournalSlice:
         for record in reader:
             before = self.cursor
             self.scanner.feed_records((record,))
-            opened = self.scanner._traceback
-            if opened is not None and opened is not self._open:
+            opened = self.scanner.open_traceback
+            if opened is not None and opened != self._open:
                 self._header_records, self._header_cursor = self.records, before
             self._open = opened
             self.records += 1
@@ -293,14 +292,13 @@ class JournalSlice:
 
     @property
     def traceback_open(self) -> bool:
-        return self.scanner._traceback is not None
+        return self.scanner.open_traceback is not None
 
     @property
     def pending_header(self) -> str | None:
         """The first line of the traceback still open, if any."""
-        opened = self.scanner._traceback
-        header = getattr(opened, "header", None)
-        return None if opened is None else str(getattr(header, "text", "Traceback (most recent call last):"))
+        opened = self.scanner.open_traceback
+        return None if opened is None else str(opened[1])
 
     def finish(self, hold_traceback: bool = False) -> tuple[dict[str, t.Any], str | None]:
         """The report of what was read, and the cursor to continue from.

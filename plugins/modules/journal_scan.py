@@ -16,7 +16,7 @@ description:
   - Streams the records through the classifier; the journal is never held in memory.
   - Reports, never fails on what it reads; check RV(verdict) (or use M(inferops.runbooks.wait_ready)).
 author:
-  - inferops.runbooks contributors
+  - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.classifier
 attributes:

@@ -16,7 +16,7 @@ description:
     as something that matters changes, so that one connection covers several seconds of a wait.
   - This is the building block of M(inferops.runbooks.wait_ready); it never changes anything.
 author:
-  - inferops.runbooks contributors
+  - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.classifier
 attributes:

@@ -27,7 +27,7 @@ description:
     in a row.
   - Never restarts or changes anything itself; restart the unit first (for example with M(ansible.builtin.systemd_service)).
 author:
-  - inferops.runbooks contributors
+  - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.classifier
 attributes:
@@ -44,6 +44,7 @@ attributes:
     support: none
     description: Nothing to compare.
   platform:
+    support: full
     platforms: posix
     description: Managed hosts with systemd and journald.
 options:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +41,11 @@ def invocation(fleet: Fleet, host: str) -> str:
 
 
 def health(fleet: Fleet, host: str) -> str:
-    code = "import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:30000/health_generate', timeout=5).status)\nexcept Exception as e: print(getattr(e, 'code', 'down'))"
+    code = (
+        "import urllib.request as u\n"
+        "try: print(u.urlopen('http://127.0.0.1:30000/health_generate', timeout=5).status)\n"
+        "except Exception as e: print(getattr(e, 'code', 'down'))"
+    )
     return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
 
@@ -184,7 +187,8 @@ def test_check_mode_changes_nothing(fleet: Fleet, hosts: list[str], run_playbook
 
 
 def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
-    """A unit name that does not exist: a clear refusal on the canary, nothing restarted anywhere."""
+    """A unit name that does not exist, or a rule id that does not: a clear refusal on the canary,
+    nothing restarted anywhere."""
     before = start_all(fleet, hosts)
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_unit": "no-such-server.service", "sglang_restart_report_dir": str(tmp_path)})
     out = output(run)
@@ -197,6 +201,16 @@ def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[
     report = json.loads((tmp_path / f"{hosts[0]}.json").read_text())
     assert report["verdict"] == "fail" and report["reason"] == "unit_not_found"
     assert not (tmp_path / f"{hosts[1]}.json").exists()
+
+    # a typo in the user's rules is found on the controller before anything restarts
+    run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_disabled_rules": ["no-such-rule"]})
+    out = output(run)
+    assert run.returncode != 0, run
+    assert "disabled rule id(s) no-such-rule match no rule" in out
+    assert f"{hosts[0]} {UNIT}: FAIL (invalid_rules)" in out
+    assert "Restart | Stop the unit" not in out
+    for host in hosts:
+        assert invocation(fleet, host) == before[host]
 
 
 def test_api_key_is_never_printed(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
@@ -222,13 +236,26 @@ def test_api_key_is_never_printed(fleet: Fleet, hosts: list[str], run_playbook: 
     assert wrong not in out and API_KEY not in out
 
 
-def test_playbook_runs_by_its_collection_name(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
-    """ansible-playbook inferops.runbooks.restart_sglang works from a clone (ansible.cfg + symlink)."""
+def test_playbook_runs_by_its_collection_name_with_survey_values(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
+    """ansible-playbook inferops.runbooks.restart_sglang works from a clone (ansible.cfg + symlink),
+    with every value given as text the way an AWX survey sends it."""
     host = hosts[0]
     fleet.set_scenario(host, **FAST)
-    started = time.monotonic()
-    run = run_playbook("inferops.runbooks.restart_sglang", extra_vars={**QUICK, "sglang_batch_size": 2}, limit=host)
+    survey = {key: str(value) for key, value in QUICK.items()}
+    survey |= {
+        "sglang_batch_size": "2",
+        "sglang_restart_strict": "false",
+        "sglang_restart_smoke_test": "true",
+        "sglang_restart_stall_limits": "capturing_cuda_graphs: 90",
+        "sglang_restart_disabled_rules": "sglang-kernel-config-missing, common-deprecated-pynvml",
+        "sglang_restart_extra_rules": "- {id: local-moe-config, pattern: 'Using default MoE config', reason: tuned configs not shipped here}",
+    }
+    run = run_playbook("inferops.runbooks.restart_sglang", extra_vars=survey, limit=host)
+    out = output(run)
     assert run.returncode == 0, run
-    assert f"{host} {UNIT}: PASS (ready)" in output(run)
+    assert f"{host} {UNIT}: PASS (ready)" in out
+    assert "smoke test: HTTP 200" in out
+    # the shipped rule is off, the user's rule from the YAML text took over its lines
+    assert "[local-moe-config] x8 on 8 ranks" in out
+    assert "[sglang-kernel-config-missing]" not in out
     assert show(fleet, host, "ActiveState") == "active"
-    assert time.monotonic() - started < 120

@@ -1,0 +1,246 @@
+"""The pure parts of the target-side modules: systemctl show parsing, journalctl arguments and
+streaming, traceback holding, report merging, and the health probe against a real HTTP server."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner, load_rules
+from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe, split_url
+from ansible_collections.inferops.runbooks.plugins.module_utils._report import merge_reports
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (
+    JournalReader,
+    JournalSlice,
+    SystemdError,
+    journal_command,
+    message_text,
+    parse_show,
+    unit_name,
+    unit_state,
+)
+
+INVOCATION = "5c6f1b0d2a0e4f7b9a3c8e1d2f4a6b8c"
+SHOW = """Id=sglang.service
+LoadState=loaded
+ActiveState=activating
+SubState=auto-restart
+MainPID=0
+NRestarts=3
+InvocationID=5c6f1b0d2a0e4f7b9a3c8e1d2f4a6b8c
+ExecMainStatus=9
+ExecMainCode=2
+Result=signal
+ActiveEnterTimestampMonotonic=
+Description=a=b=c
+"""
+
+
+def test_parse_show_types_and_odd_values() -> None:
+    state = parse_show(SHOW)
+    assert state["NRestarts"] == 3 and state["MainPID"] == 0 and state["ExecMainStatus"] == 9
+    assert state["ActiveEnterTimestampMonotonic"] == 0
+    assert state["SubState"] == "auto-restart" and state["InvocationID"] == INVOCATION
+    assert state["Description"] == "a=b=c"
+
+
+def test_unit_state_fills_missing_and_reports_errors() -> None:
+    state = unit_state("sglang", runner=lambda argv: (0, "ActiveState=inactive\nInvocationID=\n", ""))
+    assert state["ActiveState"] == "inactive" and state["InvocationID"] == "" and state["NRestarts"] == 0
+    with pytest.raises(SystemdError, match="Access denied"):
+        unit_state("sglang", runner=lambda argv: (1, "", "Access denied"))
+
+
+def test_unit_name_and_journal_command() -> None:
+    assert unit_name("sglang") == "sglang.service" and unit_name("x.socket") == "x.socket"
+    argv = journal_command("sglang", INVOCATION, cursor="s=abc;i=1", since="-10min")
+    assert argv[:5] == ["journalctl", "--no-pager", "--quiet", "-o", "json"]
+    assert "--output-fields=MESSAGE,_PID,__CURSOR,__REALTIME_TIMESTAMP" in argv
+    assert "--after-cursor=s=abc;i=1" in argv and "--since=-10min" in argv
+    assert argv[-2:] == ["_SYSTEMD_UNIT=sglang.service", f"_SYSTEMD_INVOCATION_ID={INVOCATION}"]
+    assert "-u" not in argv
+    every = journal_command("sglang.service")
+    assert every[-1] == "_SYSTEMD_UNIT=sglang.service" and not any(a.startswith("--after-cursor") for a in every)
+    with pytest.raises(ValueError, match="32 hexadecimal"):
+        journal_command("sglang", "not-an-id")
+
+
+def test_message_text() -> None:
+    assert message_text(list(b"Loading  10%\rLoading  20%\r")) == "Loading  20%"
+    assert message_text("plain ") == "plain" and message_text(None) == ""
+
+
+# -- a stand-in journalctl: records from a JSON file, honouring --after-cursor -------------------
+
+FAKE_JOURNALCTL = textwrap.dedent(
+    """
+    import json, sys
+    records = json.load(open(sys.argv[1]))
+    after = [a.split("=", 1)[1] for a in sys.argv[2:] if a.startswith("--after-cursor=")]
+    start = 0
+    if after:
+        start = [r["__CURSOR"] for r in records].index(after[0]) + 1
+    for record in records[start:]:
+        print(json.dumps(record))
+    """
+)
+
+
+def records_of(lines: list[str]) -> list[dict[str, Any]]:
+    return [{"MESSAGE": text, "_PID": "100", "__CURSOR": f"c{i}", "__REALTIME_TIMESTAMP": str(1_700_000_000_000_000 + i)} for i, text in enumerate(lines)]
+
+
+@pytest.fixture
+def fake_journal(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    script = tmp_path / "journalctl.py"
+    script.write_text(FAKE_JOURNALCTL)
+    data = tmp_path / "records.json"
+    yield script, data
+
+
+def popen_with(script: Path, data: Path) -> Any:
+    import subprocess
+
+    def popen(argv: list[str], **kwargs: Any) -> Any:
+        return subprocess.Popen([sys.executable, str(script), str(data), *argv[1:]], **kwargs)
+
+    return popen
+
+
+def test_journal_reader_streams_and_keeps_the_cursor(fake_journal: tuple[Path, Path]) -> None:
+    script, data = fake_journal
+    data.write_text(json.dumps(records_of(["one", "two", "three"])))
+    reader = JournalReader(["journalctl", "--after-cursor=c0"], tail_lines=1, popen=popen_with(script, data))
+    assert [record["MESSAGE"] for record in reader] == ["two", "three"]
+    assert reader.cursor == "c2" and reader.count == 2 and list(reader.tail) == ["three"]
+    limited = JournalReader(["journalctl"], limit=1, popen=popen_with(script, data))
+    assert len(list(limited)) == 1 and limited.cursor == "c0"
+
+
+def test_journal_reader_raises_on_journalctl_error() -> None:
+    reader = JournalReader([sys.executable, "-c", "import sys; sys.stderr.write('bad cursor'); sys.exit(1)"])
+    with pytest.raises(SystemdError, match="bad cursor"):
+        list(reader)
+
+
+TRACEBACK_LINES = [
+    "[2025-03-08 12:29:21 TP0] Load weight begin. avail mem=137.84 GB",
+    "[2025-03-08 12:29:22 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/x/scheduler.py", line 1, in run',
+    "    run()",
+]
+
+
+def test_slice_holds_an_open_traceback_for_the_next_read(fake_journal: tuple[Path, Path]) -> None:
+    script, data = fake_journal
+    rules = load_rules("sglang")
+    data.write_text(json.dumps(records_of(TRACEBACK_LINES)))
+    first = JournalSlice(lambda: Scanner(rules), "sglang", INVOCATION, popen=popen_with(script, data))
+    first.read()
+    assert first.traceback_open and "Traceback" in (first.pending_header or "")
+    report, cursor = first.finish(hold_traceback=True)
+    assert cursor == "c0" and report["lines"] == 1 and not report["fatal"]
+    # the traceback ends: the next slice, from the held cursor, reads it whole
+    data.write_text(json.dumps(records_of([*TRACEBACK_LINES, "torch.OutOfMemoryError: CUDA out of memory.", "[2025-03-08 12:29:23] Received sigquit"])))
+    second = JournalSlice(lambda: Scanner(rules, line_offset=report["lines"]), "sglang", INVOCATION, cursor, popen=popen_with(script, data))
+    second.read()
+    delta, cursor = second.finish(hold_traceback=True)
+    assert cursor == "c5"
+    total = merge_reports(report, delta)
+    assert total["lines"] == 6
+    oom = [event for event in total["fatal"] if "CUDA out of memory" in event["message"]]
+    assert oom and oom[0]["traceback"][0].endswith("Traceback (most recent call last):") and oom[0]["first_line"] == 2
+
+
+def test_merge_reports_adds_counts_and_unites_ranks() -> None:
+    event = {"message": "m", "count": 2, "ranks": ["TP1", "TP0"], "rule": "r", "key": "k", "first_line": 3, "last_line": 4}
+    first = {"allowlisted": [event], "counts": {"allowlisted": 2}, "phases": [{"phase": "loading_weights", "line": 1}], "lines": 4}
+    later = {
+        "allowlisted": [{**event, "count": 1, "ranks": ["TP10"], "first_line": 9, "last_line": 9}],
+        "counts": {"allowlisted": 1, "ready": 1},
+        "phases": [{"phase": "starting", "line": 5}, {"phase": "ready", "line": 10}],
+        "ready_line": 10,
+        "lines": 10,
+    }
+    total = merge_reports(merge_reports(None, first), later)
+    merged = total["allowlisted"][0]
+    assert merged["count"] == 3 and merged["ranks"] == ["TP0", "TP1", "TP10"]
+    assert (merged["first_line"], merged["last_line"]) == (3, 9)
+    assert [phase["phase"] for phase in total["phases"]] == ["loading_weights", "ready"]
+    assert total["phase"] == "ready" and total["ready"] and total["verdict"] == "pass"
+    assert total["counts"] == {"allowlisted": 3, "ready": 1} and total["lines"] == 10
+    assert first["allowlisted"][0]["count"] == 2, "inputs are not changed"
+
+
+# -- the health probe against a real HTTP server ---------------------------------------------
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/slow":
+            time.sleep(2)
+        status = {"/ok": 200, "/warming": 503, "/slow": 200}.get(self.path, 404)
+        if self.path == "/auth":
+            status = 200 if self.headers.get("Authorization") == "Bearer s3cret" else 401
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_health_refused_is_an_answer_not_an_error() -> None:
+    result = probe(f"http://127.0.0.1:{free_port()}/health_generate", timeout=2)
+    assert result["up"] is False and result["status"] is None and result["error"] == "connection refused"
+
+
+def test_health_503_and_200(server: str) -> None:
+    assert probe(server + "/warming", timeout=2)["status"] == 503
+    ok = probe(server + "/ok", timeout=2)
+    assert ok["up"] is True and ok["status"] == 200 and ok["error"] is None and ok["seconds"] < 2
+
+
+def test_health_slow_answer_times_out_but_the_server_is_up(server: str) -> None:
+    result = probe(server + "/slow", timeout=0.5)
+    assert result["up"] is True and result["status"] is None and "no answer within 0.5 s" in result["error"]
+    assert probe(server + "/slow", timeout=5)["status"] == 200
+
+
+def test_health_sends_the_api_key(server: str) -> None:
+    assert probe(server + "/auth", timeout=2)["status"] == 401
+    assert probe(server + "/auth", timeout=2, api_key="s3cret")["status"] == 200
+
+
+def test_health_url_checks() -> None:
+    assert split_url("http://127.0.0.1:30000/health?x=1") == ("http", "127.0.0.1", 30000, "/health?x=1")
+    assert split_url("https://h")[2] == 443
+    with pytest.raises(HealthURLError):
+        split_url("ftp://h/x")
