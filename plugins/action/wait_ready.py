@@ -17,11 +17,12 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
 
 display = Display()
 
 PROBE_MODULE = "inferops.runbooks.service_probe"
-PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready")
+
 HEALTH_INTERVAL = 1.0
 FATAL_SETTLE = 1.0
 FAILURE_SETTLE = 0.5

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import typing as t
 
-from ._rules import PHASES
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
 
 EVENT_CLASSES = ("fatal", "allowlisted", "unrecognized")
 MAX_EVENTS_PER_CLASS = 200

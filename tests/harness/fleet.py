@@ -90,7 +90,7 @@ def apt_mirror() -> str:
     """The Debian mirror this machine's apt already uses (never hard-coded in the repository)."""
     if os.environ.get("INFEROPS_FLEET_MIRROR"):
         return os.environ["INFEROPS_FLEET_MIRROR"]
-    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + [Path("/etc/apt/sources.list")]
+    sources = [*sorted(Path("/etc/apt/sources.list.d").glob("*.sources")), Path("/etc/apt/sources.list")]
     for path in sources:
         with contextlib.suppress(OSError):
             for line in path.read_text().splitlines():
@@ -169,10 +169,8 @@ def cgroup_root() -> Path:
 
 def cgroup_dirs(tree: str, machine: str = "") -> list[Path]:
     root = cgroup_root()
-    if (root / "unified").is_dir():
-        dirs = [root / h / tree for h in CGROUP_HIERARCHIES if (root / h).is_dir()]
-    else:
-        dirs = [root / tree]
+    hybrid = (root / "unified").is_dir()
+    dirs = [root / h / tree for h in CGROUP_HIERARCHIES if (root / h).is_dir()] if hybrid else [root / tree]
     return [d / machine if machine else d for d in dirs]
 
 

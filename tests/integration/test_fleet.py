@@ -60,7 +60,10 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30, interval
 
 
 def health(fleet: Fleet, host: str) -> str:
-    code = f"import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:{PORT}/health_generate', timeout=2).status)\nexcept Exception as e: print(getattr(e, 'code', 'down'))"
+    code = (
+        f"import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:{PORT}/health_generate', timeout=2).status)\n"
+        "except Exception as e: print(getattr(e, 'code', 'down'))"
+    )
     return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
 
