@@ -94,10 +94,10 @@ def suggest_rule(message: str, event_class: str = "allowlisted") -> dict[str, t.
     parts: list[str] = []
     position = 0
     for match in _MASKABLE.finditer(text):
-        parts.append(re.escape(text[position : match.start()]))
+        parts.append(_escape(text[position : match.start()]))
         parts.append(_MASK_REGEX[match.lastgroup or "num"])
         position = match.end()
-    parts.append(re.escape(text[position:]))
+    parts.append(_escape(text[position:]))
     words = _SLUG.sub("-", mask(text).lower().replace("<n>", "").replace("<path>", "").replace("<id>", "")).strip("-")
     return {
         "id": "local-" + "-".join(words.split("-")[:6]),
@@ -106,6 +106,11 @@ def suggest_rule(message: str, event_class: str = "allowlisted") -> dict[str, t.
         "reason": "TODO: say why this line is harmless",
         "reference": f"seen on {datetime.date.today().isoformat()}",
     }
+
+
+def _escape(literal: str) -> str:
+    """re.escape, but leaving spaces readable: the pattern is for people to paste and review."""
+    return re.escape(literal).replace("\\ ", " ")
 
 
 class Event:
