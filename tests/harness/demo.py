@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,9 @@ def main() -> int:
         print("cannot run the demo: " + "; ".join(problems), file=sys.stderr)
         return 2
     os.chdir(REPO_ROOT)
+    # Ctrl-C must reach us as KeyboardInterrupt (and tear the host down), even when started with
+    # SIGINT ignored (from a non-interactive shell's background job, for example)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     fleet = Fleet()
     try:
         with tempfile.TemporaryDirectory(prefix="inferops-demo.") as tmp:
