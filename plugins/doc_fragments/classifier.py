@@ -22,7 +22,7 @@ options:
         message without its timestamp, rank and level prefixes) and C(reason); optionally C(class)
         (default V(allowlisted); one of V(fatal), V(allowlisted), V(unrecognized), V(ready), V(progress), V(info)),
         C(reference), C(expires) (YYYY-MM-DD, after which the rule is reported as stale), C(phase),
-        C(levels), C(bar), C(engine).
+        C(levels), C(progress_bar).
       - A rule that cannot be used fails the task with a message naming it.
     type: list
     elements: dict

@@ -16,7 +16,7 @@ PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_
 LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 REQUIRED_KEYS = ("id", "pattern", "reason")
-OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar", "engine")
+OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar")
 
 # The order in which shipped rules are tried: a specific allowlist entry beats a generic fatal
 # shape, a fatal shape beats a progress milestone ("Capture cuda graph failed"), and the warning
@@ -33,7 +33,7 @@ class RuleError(ValueError):
 class Rule:
     """One compiled rule."""
 
-    __slots__ = ("engine", "expires", "id", "levels", "pattern", "phase", "progress_bar", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
+    __slots__ = ("expires", "id", "levels", "pattern", "phase", "progress_bar", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
 
     def __init__(self, spec: t.Mapping[str, t.Any], source: str, default_class: str) -> None:
         self.source = source
@@ -45,7 +45,6 @@ class Rule:
         self.phase = spec.get("phase")
         self.levels = tuple(spec["levels"]) if spec.get("levels") else None
         self.progress_bar = bool(spec.get("progress_bar", False))
-        self.engine = spec.get("engine")
         self.expires = _parse_expiry(spec.get("expires"), self.label)
         self.regex = _compile(self.pattern, self.label)
         self.shape_regex = _digits_relaxed(self.pattern) if self.digit_sensitive else None
