@@ -195,7 +195,7 @@ def cgroup_pids(path: Path) -> list[int]:
 
 def kill_cgroup(tree: str, machine: str) -> None:
     """Kill every process of a container (SIGKILL of nspawn alone leaves its systemd running)."""
-    for _ in range(50):
+    for _attempt in range(50):
         pids = []
         for path in cgroup_dirs(tree, machine):
             with contextlib.suppress(OSError):
@@ -656,7 +656,7 @@ class Fleet:
             (NSPAWN_RUN / "propagate" / host.machine).rmdir()
         if Path(f"/sys/class/net/{host.veth}").exists():
             run(["ip", "link", "del", host.veth], check=False)
-        for _ in range(10):
+        for _attempt in range(10):
             if not is_mounted(host.netns):
                 break
             run(["umount", str(host.netns)], check=False)
