@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.figures import record
 from tests.harness.fleet import Fleet
 
 PLAYBOOK = Path(__file__).parent / "playbooks" / "wait_ready.yml"
@@ -60,7 +61,7 @@ def test_ok_passes_with_cute_dsl_allowlisted_and_progress_shown(fleet: Fleet, si
     cute = [event for event in result["allowlisted"] if "Unexpected error during package walk" in event["message"]]
     assert len(cute) == 1, result["allowlisted"]
     assert cute[0]["count"] == 8
-    print(f"\nCUTE_DSL warning: count {cute[0]['count']}, ranks {cute[0]['ranks']}")
+    record(f"\nCUTE_DSL warning: count {cute[0]['count']}, ranks {cute[0]['ranks']}")
     assert len(cute[0]["ranks"]) == 8, cute[0]
     assert not result["fatal"]
     assert [entry["phase"] for entry in result["timeline"]][-1] == "ready"
@@ -89,7 +90,7 @@ def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, sim_host: str, run_p
     printed = journal_time(fleet, sim_host, result["invocation_id"], "Scheduler hit an exception")
     delay = ended - printed
     last_read = result["elapsed"] - result["detected"]
-    print(
+    record(
         f"\ncrash in {phase} ({failure}): reason {result['reason']}; playbook ended {delay:.2f} s after the fatal line reached the journal "
         f"(of which {last_read:.1f} s settle + last full read; the rest: task start-up and the playbook's result-saving tasks)"
     )
@@ -102,7 +103,7 @@ def test_hang_fails_on_the_stall_limit(fleet: Fleet, sim_host: str, run_playbook
     assert run.returncode != 0
     assert result["reason"] == "stalled", result["msg"]
     assert "capturing cuda graphs" in result["msg"]
-    print(f"\nhang: {result['msg']} (elapsed {result['elapsed']} s)")
+    record(f"\nhang: {result['msg']} (elapsed {result['elapsed']} s)")
     assert result["elapsed"] < 20
 
 
@@ -111,7 +112,7 @@ def test_crash_loop_fails_on_restarts(fleet: Fleet, sim_host: str, run_playbook:
     # watch the first invocation, looked at only after systemd restarted it (RestartSec=2)
     run, result = wait(run_playbook, tmp_path, watch_first_invocation=True, pre_wait_delay=4)
     assert run.returncode != 0
-    print(f"\ncrash_loop: {result['reason']}: {result['msg']}")
+    record(f"\ncrash_loop: {result['reason']}: {result['msg']}")
     assert result["reason"] == "restarted", result["msg"]
     assert result["restarts"] >= 1
     assert result["fatal"], "the watched invocation's fatal lines are the evidence"
@@ -122,7 +123,7 @@ def test_crash_loop_seen_from_its_first_crash(fleet: Fleet, sim_host: str, run_p
     fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
     run, result = wait(run_playbook, tmp_path)
     assert run.returncode != 0
-    print(f"\ncrash_loop, no head start: {result['reason']}: {result['msg']}")
+    record(f"\ncrash_loop, no head start: {result['reason']}: {result['msg']}")
     assert result["reason"] in ("fatal_log", "restarted", "unit_failed"), result["msg"]
 
 
@@ -132,7 +133,7 @@ def test_health_503_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playboo
     assert run.returncode != 0
     assert result["reason"] == "health_never_passed", result["msg"]
     statuses = [entry["status"] for entry in result["health"]["history"]]
-    print(f"\nhealth_503: {result['msg']}; history {result['health']['history']}")
+    record(f"\nhealth_503: {result['msg']}; history {result['health']['history']}")
     assert 503 in statuses and 200 not in statuses
     assert result["phase"] == "ready"
     assert 11 <= result["elapsed"] < 20
@@ -143,7 +144,7 @@ def test_slow_health_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playbo
     run, result = wait(run_playbook, tmp_path, budget=15, health_timeout=3)
     assert run.returncode != 0
     assert result["reason"] in ("health_never_passed", "budget_exhausted"), result["msg"]
-    print(f"\nslow_health: {result['reason']}: {result['msg']}; history {result['health']['history']}")
+    record(f"\nslow_health: {result['reason']}: {result['msg']}; history {result['health']['history']}")
     assert any("no answer" in str(entry["status"]) for entry in result["health"]["history"])
     assert result["elapsed"] < 25
 
@@ -156,7 +157,7 @@ def test_unknown_error_passes_with_a_suggested_rule_and_fails_when_strict(fleet:
     assert len(frob) == 1 and frob[0]["count"] == 1, result["unrecognized"]
     rule = frob[0]["suggested_rule"]
     assert rule["class"] == "allowlisted" and re.search(rule["pattern"], frob[0]["message"])
-    print(f"\nunknown_error: unrecognized {[event['message'] for event in result['unrecognized']]}; suggested {rule}")
+    record(f"\nunknown_error: unrecognized {[event['message'] for event in result['unrecognized']]}; suggested {rule}")
 
     run, result = wait(run_playbook, tmp_path, strict=True)
     assert run.returncode != 0
@@ -174,7 +175,7 @@ def test_ready_then_crash_fails_in_the_soak(fleet: Fleet, sim_host: str, run_pla
     run, result = wait(run_playbook, tmp_path, soak=10)
     assert run.returncode != 0
     assert result["reason"] in ("soak_failed", "fatal_log"), result["msg"]
-    print(f"\nready_then_crash: {result['reason']}: {result['msg']}")
+    record(f"\nready_then_crash: {result['reason']}: {result['msg']}")
     assert result["fatal"] and "illegal memory access" in " ".join(event["message"] for event in result["fatal"])
 
 
@@ -206,7 +207,7 @@ def test_wait_survives_a_dropped_connection(fleet: Fleet, sim_host: str, run_pla
     run, result = wait(run_playbook, tmp_path, budget=60, poll_interval=5)
     cutter.join(timeout=10)
     retries = [line for line in run.stdout.splitlines() if "connection lost" in line]
-    print(f"\ndropped connection: cuts {cuts}; retries shown: {retries}; verdict {result['verdict']} in {result['elapsed']} s")
+    record(f"\ndropped connection: cuts {cuts}; retries shown: {retries}; verdict {result['verdict']} in {result['elapsed']} s")
     assert cuts, "no ControlMaster socket was found to cut"
     assert run.returncode == 0, run
     assert result["verdict"] == "pass"

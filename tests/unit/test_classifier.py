@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, classify, classify_line, load_rules, suggest_rule
+from tests.figures import record
 
 REPO = Path(__file__).resolve().parents[2]
 # the seed: a restart of a 548 GB model on 8 GPUs, journalctl -o short as the operator saw it
@@ -253,7 +254,7 @@ def test_a_100_mb_log_streams_in_bounded_memory(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe, str(log)], cwd=REPO / "collections", capture_output=True, text=True, check=True)
     figures = json.loads(result.stdout)
-    print(f"\n100 MB log: {figures}")
+    record(f"\n100 MB log: {figures}")
     assert figures["lines"] == 470000
     assert figures["verdict"] == "pass"
     assert figures["allowlisted"] > 0

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify, classify_line
+from tests.figures import record
 from tests.unit.conftest import CorpusLog, corpus_lines, corpus_logs
 
 ACCEPTED = {
@@ -28,16 +29,16 @@ def test_every_corpus_line_is_classified_as_labelled(rules: Any) -> None:
         if got not in ACCEPTED[entry["label"]]:
             wrong.append((entry["label"], got, entry["line"][:120]))
     total = sum(sum(counter.values()) for counter in figures.values())
-    print(f"\ncorpus: {total} lines, {total - len(wrong)} classified as labelled ({100 * (total - len(wrong)) / total:.1f}%)")
+    record(f"\ncorpus: {total} lines, {total - len(wrong)} classified as labelled ({100 * (total - len(wrong)) / total:.1f}%)")
     for label, counter in sorted(figures.items()):
-        print(f"  {label:9} -> {dict(counter)}")
+        record(f"  {label:9} -> {dict(counter)}")
     assert not wrong, wrong
 
 
 def test_benign_corpus_lines_are_mostly_allowlisted_not_just_tolerated(rules: Any) -> None:
     benign = [entry for entry in corpus_lines() if entry["label"] == "benign"]
     allowlisted = [entry for entry in benign if classify_line(entry["line"], rules=rules)["class"] == "allowlisted"]
-    print(f"\nbenign lines allowlisted by a rule: {len(allowlisted)}/{len(benign)}")
+    record(f"\nbenign lines allowlisted by a rule: {len(allowlisted)}/{len(benign)}")
     assert len(allowlisted) >= 0.8 * len(benign)
 
 
@@ -52,7 +53,7 @@ def test_whole_logs_give_the_recorded_outcome(log: CorpusLog) -> None:
     first_fatal = min(event["first_line"] for event in report["fatal"])
     assert log.failure_line is not None
     assert log.file_line(first_fatal) >= log.failure_line
-    print(f"\n{log.name}: first fatal event at file line {log.file_line(first_fatal)} (failure recorded at {log.failure_line}): {report['reason']}")
+    record(f"\n{log.name}: first fatal event at file line {log.file_line(first_fatal)} (failure recorded at {log.failure_line}): {report['reason']}")
 
 
 def test_nccl_crash_is_one_traceback_event_for_two_ranks() -> None:
