@@ -27,13 +27,13 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     parse,
     record_message,
 )
+from ansible_collections.inferops.runbooks.plugins.module_utils._report import EVENT_CLASSES, MAX_EVENTS_PER_CLASS, rank_order, verdict_of
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, PACKS
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
 
 __all__ = ["RuleError", "Scanner", "classify", "classify_line", "load_rules"]
 
 ENGINES = tuple(ENGINE_PACKS)
-MAX_EVENTS_PER_CLASS = 200
 MAX_TRACEBACK_LINES = 60
 MAX_SHAPES = 50_000
 TEXT_CHUNK = 1 << 22
@@ -156,7 +156,7 @@ class Event:
         result: dict[str, t.Any] = {
             "message": self.message,
             "count": self.count,
-            "ranks": sorted(self.ranks, key=_rank_order),
+            "ranks": sorted(self.ranks, key=rank_order),
             "rule": self.rule.id if self.rule else None,
             "reason": self.rule.reason if self.rule else None,
             "level": self.level,
@@ -184,11 +184,6 @@ def _latest_update(shape: bytes) -> bytes:
     """The part of a carriage-return line a terminal would show last."""
     shape = shape.rstrip(b"\r")
     return shape[shape.rfind(b"\r") + 1 :]
-
-
-def _rank_order(rank: str) -> tuple[str, int]:
-    digits = "".join(ch for ch in rank if ch.isdigit())
-    return (rank.rstrip("0123456789"), int(digits) if digits else -1)
 
 
 class _OpenTraceback:
@@ -235,7 +230,7 @@ class Scanner:
         self.strict = strict
         self.line_number = line_offset
         self.counts = dict.fromkeys(CLASSES, 0)
-        self.events: dict[str, dict[tuple[str | None, str], Event]] = {name: {} for name in ("fatal", "allowlisted", "unrecognized")}
+        self.events: dict[str, dict[tuple[str | None, str], Event]] = {name: {} for name in EVENT_CLASSES}
         self.dropped_events = 0
         self.ready_line: int | None = None
         self.phase = "starting"
@@ -506,20 +501,12 @@ class Scanner:
         return self.report()
 
     def report(self) -> dict[str, t.Any]:
-        fatal = _sorted_events(self.events["fatal"])
-        unrecognized = _sorted_events(self.events["unrecognized"])
-        verdict, reason = self._verdict(fatal, unrecognized)
-        return {
-            "verdict": verdict,
-            "reason": reason,
+        report: dict[str, t.Any] = {
             "ready": self.ready_line is not None,
             "ready_line": self.ready_line,
             "phase": self.phase,
             "phases": self.phases,
             "progress": self.progress,
-            "fatal": fatal,
-            "allowlisted": _sorted_events(self.events["allowlisted"]),
-            "unrecognized": unrecognized,
             "counts": dict(self.counts),
             "lines": self.line_number,
             "blob_lines": self.blob_lines,
@@ -527,15 +514,10 @@ class Scanner:
             "stale_rules": self.rules.stale(),
             "strict": self.strict,
         }
-
-    def _verdict(self, fatal: list[dict[str, t.Any]], unrecognized: list[dict[str, t.Any]]) -> tuple[str, str]:
-        if fatal:
-            return "fail", f"fatal: {fatal[0]['message'][:200]}"
-        if self.strict and unrecognized:
-            return "fail", f"strict mode: unrecognized line: {unrecognized[0]['message'][:200]}"
-        if self.ready_line is not None:
-            return "pass", "ready marker seen and nothing fatal"
-        return "pending", f"no ready marker yet (phase {self.phase})"
+        for event_class, bucket in self.events.items():
+            report[event_class] = _sorted_events(bucket)
+        report["verdict"], report["reason"] = verdict_of(report)
+        return report
 
 
 def _sorted_events(bucket: dict[tuple[str | None, str], Event]) -> list[dict[str, t.Any]]:
