@@ -87,3 +87,26 @@ def test_truncated_traceback_is_still_fatal() -> None:
     report = classify(log.body)
     assert "cut short" in report["fatal"][0]["message"]
     assert "sock.bind" in report["fatal"][0]["message"]
+
+
+@pytest.mark.parametrize("pieces", [2, 3, 7])
+def test_slices_merged_equal_the_whole_log(pieces: int) -> None:
+    """A wait reads a journal in slices; their merged reports must say what one read says."""
+    from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner, load_rules
+    from ansible_collections.inferops.runbooks.plugins.module_utils._report import merge_reports
+
+    log = next(log for log in corpus_logs() if log.name == "sglang-ready-01.log")
+    lines = log.body.splitlines(keepends=True)
+    rules = load_rules("sglang")
+    whole = classify(log.body, rules=rules)
+    total: dict[str, Any] | None = None
+    step = len(lines) // pieces + 1
+    for start in range(0, len(lines), step):
+        scanner = Scanner(rules, line_offset=start)
+        scanner.feed_text("".join(lines[start : start + step]))
+        total = merge_reports(total, scanner.finish())
+    assert total is not None
+    for key in ("verdict", "phase", "counts", "lines", "ready_line"):
+        assert total[key] == whole[key], key
+    summary = [(event["rule"], event["count"], event["ranks"], event["first_line"], event["last_line"]) for event in whole["allowlisted"]]
+    assert [(event["rule"], event["count"], event["ranks"], event["first_line"], event["last_line"]) for event in total["allowlisted"]] == summary
