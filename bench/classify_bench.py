@@ -1,7 +1,7 @@
-"""Benchmark: the classifier against the seed's own shell pipeline on a 1,000,000-line SGLang-style log.
+"""Benchmark: the classifier against an operator's triage shell pipeline on a 1,000,000-line SGLang-style log.
 
 Prints both times and their ratio (classifier / pipeline), measured in this one run. The pipeline
-is what the operator ran by hand in the seed; the classifier does far more (every line classified,
+is what an operator ran by hand while a restart looked broken; the classifier does far more (every line classified,
 tracebacks grouped, ranks deduplicated, phases and progress tracked), and must stay within 2x.
 
     python bench/classify_bench.py [--lines N] [--repeat R] [--naive]
@@ -25,7 +25,7 @@ from generate_log import generate  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify, load_rules  # noqa: E402
 
-SEED_PIPELINE = (
+TRIAGE_PIPELINE = (
     'sed "s/[[:cntrl:]]//g" {log} | grep -ivE "blob data" '
     '| grep -iE "error|except|traceback|pack|warn|capture|ready|started|running|engine" | cut -c1-160 | tail -15'
 )
@@ -42,7 +42,7 @@ def best_of(repeat: int, run: object) -> float:
 
 
 def run_pipeline(log: Path) -> None:
-    subprocess.run(["bash", "-c", SEED_PIPELINE.format(log=log)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["bash", "-c", TRIAGE_PIPELINE.format(log=log)], check=True, stdout=subprocess.DEVNULL)
 
 
 def run_classifier(log: Path) -> dict[str, object]:
@@ -74,7 +74,7 @@ def main() -> int:
         size_mb = log.stat().st_size / 1e6
         print(f"log: {args.lines:,} lines, {size_mb:.0f} MB (8 ranks, ~30% tqdm carriage-return lines, benign warnings)")
         pipeline = best_of(args.repeat, lambda: run_pipeline(log))
-        print(f"seed shell pipeline:  {pipeline:6.2f} s")
+        print(f"triage shell pipeline: {pipeline:6.2f} s")
         report: dict[str, object] = {}
         classifier = best_of(args.repeat, lambda: report.update(run_classifier(log)))
         print(f"classifier:           {classifier:6.2f} s  ({args.lines / classifier / 1e6:.2f} M lines/s)")

@@ -1,7 +1,7 @@
 """Generate a large SGLang-style cold-start log for the classifier benchmark.
 
 8 tensor-parallel ranks, about 30% tqdm lines made of carriage-return updates, a sprinkling of
-benign warnings (the seed's CUTE_DSL line among them) and ordinary request logs. Deterministic.
+benign warnings (the CUTE_DSL package-walk line among them) and ordinary request logs. Deterministic.
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ SGLANG: RulePack = [
         "class": "allowlisted",
         "pattern": r"Unexpected error during package walk",
         "reason": "CUTE_DSL probes optional cutlass packages at import and logs a handled import error once per rank.",
-        "reference": "shared seed: 8x RTX PRO 6000 restart, once per TP rank; also SGLang 2026-05 logs",
+        "reference": "operator report: restart of a 548 GB model on 8 GPUs, logged once per TP rank; SGLang logs of 2026-05",
     },
     {
         "id": "sglang-kernel-config-missing",
