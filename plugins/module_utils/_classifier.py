@@ -20,6 +20,7 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     BLOB_PLACEHOLDER,
     FORM_JSON,
+    TRACEBACK_HEADER,
     ParsedLine,
     clean,
     decode,
@@ -39,9 +40,7 @@ MAX_SHAPES = 50_000
 TEXT_CHUNK = 1 << 22
 
 _DIGIT_MASK = bytes.maketrans(b"0123456789", b"0000000000")
-# Shape-cache decisions: count the line, remember it as the latest bar state, or look closer.
-
-
+# Shape-cache decisions: only count the line, keep it as the latest bar state, apply its rule, or count a blob.
 _COUNT, _BAR, _RULED, _BLOB_KIND = "count", "bar", "ruled", "blob"
 
 
@@ -71,7 +70,6 @@ _MASK_TEXT = {"path": "<path>", "hex": "<id>", "num": "<n>"}
 _MASK_REGEX = {"path": r"\S+", "hex": r"[0-9a-fA-Fx]+", "num": r"[-+]?[\d.]+"}
 _BAR_FIGURES = re.compile(r"(\d+)%.*?(\d+)/(\d+)")
 _SLUG = re.compile(r"[^a-z0-9]+")
-TRACEBACK_LINE = "Traceback (most recent call last):"
 
 
 def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled: t.Iterable[str] | None = None) -> RuleSet:
@@ -196,7 +194,7 @@ class _OpenTraceback:
         self.dropped = 0
         self.exception: ParsedLine | None = None
         self.last = header
-        context = header.message.rstrip()[: -len(TRACEBACK_LINE)].rstrip(" :")
+        context = header.message.rstrip()[: -len(TRACEBACK_HEADER)].rstrip(" :")
         self.context = context or None
 
     def add(self, line: ParsedLine) -> None:
@@ -480,7 +478,7 @@ class Scanner:
         rule = self.rules.match(summary.message, summary.level) or self.rules.match(header.message, header.level)
         event_class = "allowlisted" if rule is not None and rule.rule_class == "allowlisted" else "fatal"
         if event_class == "fatal" and (rule is None or rule.rule_class != "fatal"):
-            rule = self.rules.match(TRACEBACK_LINE, "none")
+            rule = self.rules.match(TRACEBACK_HEADER, "none")
         self.counts[event_class] += traceback.line_count
         event = self._record(event_class, rule, summary)
         if event is not None:
