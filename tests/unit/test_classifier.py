@@ -262,3 +262,22 @@ def test_a_100_mb_log_streams_in_bounded_memory(tmp_path: Path) -> None:
     assert figures["allowlisted"] > 0
     # the file is over 100 MB; the scanner holds a few 4 MB chunks and bounded evidence
     assert figures["grown_kb"] < 64 * 1024
+
+
+def test_a_very_long_traceback_keeps_its_head_and_tail() -> None:
+    frames = [f'  File "/sgl/python/sglang/srt/layer_{n}.py", line {n}, in forward\n    return self.inner(x)' for n in range(300)]
+    text = "\n".join(
+        [
+            "[2025-03-08 12:29:13 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+            *frames,
+            "RecursionError: maximum recursion depth exceeded",
+        ]
+    )
+    report = classify(text)
+    event = report["fatal"][0]
+    assert event["message"] == "RecursionError: maximum recursion depth exceeded"
+    assert event["traceback"][0].endswith("Traceback (most recent call last):")
+    assert event["traceback"][-1] == "RecursionError: maximum recursion depth exceeded"
+    assert any("lines left out" in line for line in event["traceback"])
+    assert len(event["traceback"]) <= 61
+    assert report["counts"]["fatal"] == 602
