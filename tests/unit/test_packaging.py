@@ -52,13 +52,17 @@ def test_every_plugin_is_documented(kind: str, name: str) -> None:
     assert "EXAMPLES" in doc.stdout and "RETURN" in doc.stdout
 
 
-def test_the_role_is_documented() -> None:
-    doc = ansible("ansible-doc", "-t", "role", "inferops.runbooks.sglang_restart")
+@pytest.mark.parametrize("role", ["sglang_restart", "sglang_precheck"])
+def test_the_roles_are_documented(role: str) -> None:
+    doc = ansible("ansible-doc", "-t", "role", f"inferops.runbooks.{role}")
     assert doc.returncode == 0, doc.stderr
-    assert "sglang_restart_health_url" in doc.stdout
+    assert f"{role}_health_url" in doc.stdout
 
 
-@pytest.mark.parametrize("playbook", ["playbooks/restart_sglang.yml", "inferops.runbooks.restart_sglang"])
+@pytest.mark.parametrize(
+    "playbook",
+    ["playbooks/restart_sglang.yml", "inferops.runbooks.restart_sglang", "playbooks/precheck_sglang.yml", "inferops.runbooks.precheck_sglang"],
+)
 def test_playbook_is_found_from_a_clone(playbook: str) -> None:
     check = ansible("ansible-playbook", playbook, "--syntax-check")
     assert check.returncode == 0, check.stdout + check.stderr

@@ -1,0 +1,178 @@
+"""playbooks/precheck_sglang.yml for real: the read-only pre-deploy check against systemd hosts running
+the simulator.
+
+Each test starts the simulator in one host with a scenario, waits until the start has ended (the ready
+marker is in the journal of the current invocation, or the unit failed), runs the precheck on that host
+only (``limit``) and checks the verdict, the reason, and that nothing was restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.fleet import Fleet
+from tests.integration.conftest import PlaybookRun, RunPlaybook
+
+PLAYBOOK = "playbooks/precheck_sglang.yml"
+UNIT = "sglang.service"
+FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1"}
+READY_LINE = "The server is fired up and ready to roll!"
+# The simulator's unit restarts on failure: for a crash that stays crashed (the state a precheck
+# finds after a lost start), a runtime drop-in turns that off while the test runs.
+NO_RESTART_DIR = f"/run/systemd/system/{UNIT}.d"
+NO_RESTART = f"{NO_RESTART_DIR}/precheck-test-no-restart.conf"
+
+
+def show(fleet: Fleet, host: str, prop: str) -> str:
+    return fleet.ssh(host, f"systemctl show -p {prop} --value {UNIT}").stdout.strip()
+
+
+def output(run: PlaybookRun) -> str:
+    return run.stdout + run.stderr
+
+
+def start(fleet: Fleet, host: str, timeout: float = 60, **scenario: str) -> None:
+    """Start the simulator with a scenario and wait until its start has ended: the ready marker is in
+    the current invocation's journal (and health answers 200 unless the scenario says otherwise), or
+    the unit failed."""
+    fleet.set_scenario(host, **FAST, **scenario)
+    fleet.ssh(host, f"systemctl restart {UNIT}")
+    check = (
+        f"id=$(systemctl show -p InvocationID --value {UNIT}); "
+        f"state=$(systemctl show -p ActiveState --value {UNIT}); "
+        f'if [ "$state" = failed ]; then echo failed; '
+        f"elif journalctl -q -o cat _SYSTEMD_INVOCATION_ID=$id | grep -qF {shlex.quote(READY_LINE)}; then echo ready; "
+        "else echo starting; fi"
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fleet.ssh(host, check).stdout.strip() in ("ready", "failed"):
+            time.sleep(0.5)  # health turns 200 right after the ready line
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{host}: the start did not end within {timeout} s")
+
+
+@pytest.fixture
+def host(fleet: Fleet) -> Iterator[str]:
+    """The first host, simulator stopped, failed state and scenario cleared (before and after)."""
+    name = fleet.hosts[0]
+    fleet.reset(name)
+    yield name
+    fleet.ssh(name, f"rm -rf {NO_RESTART_DIR}; systemctl daemon-reload")
+    fleet.reset(name)
+
+
+def test_healthy_host_passes_and_is_not_touched(fleet: Fleet, host: str, run_playbook: RunPlaybook) -> None:
+    """ok scenario, started and ready: PASS (ready), exit 0, the same InvocationID and main PID after
+    the check; --check runs the same check."""
+    start(fleet, host)
+    before = show(fleet, host, "InvocationID"), show(fleet, host, "MainPID")
+    run = run_playbook(PLAYBOOK, limit=host)
+    out = output(run)
+    assert run.returncode == 0, run
+    assert f"{host} {UNIT}: precheck PASS (ready)" in out
+    assert "health: HTTP 200" in out
+    assert "fatal: none" in out
+    assert "[sglang-cute-dsl-package-walk] x8 on 8 ranks (TP0..TP7)" in out
+    assert before[0] in out
+    assert (show(fleet, host, "InvocationID"), show(fleet, host, "MainPID")) == before
+
+    run = run_playbook(PLAYBOOK, "--check", limit=host)
+    out = output(run)
+    assert run.returncode == 0, run
+    assert f"{host} {UNIT}: precheck PASS (ready) [check mode]" in out
+    assert (show(fleet, host, "InvocationID"), show(fleet, host, "MainPID")) == before
+
+
+def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """The current invocation crashed (CUDA OOM while loading weights) and the unit failed: FAIL
+    (unit_not_active) with the fatal message, non-zero exit, no restart (InvocationID, NRestarts and
+    ActiveState unchanged); the report files carry the verdict and a JUnit failure."""
+    fleet.ssh(host, f"mkdir -p {NO_RESTART_DIR} && printf '[Service]\\nRestart=no\\n' > {NO_RESTART} && systemctl daemon-reload")
+    start(fleet, host, SIM_SCENARIO="crash", SIM_FAILURE="cuda_oom")
+    assert show(fleet, host, "ActiveState") == "failed"
+    before = show(fleet, host, "InvocationID"), show(fleet, host, "NRestarts")
+
+    run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_report_dir": str(tmp_path)})
+    out = output(run)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: precheck FAIL (unit_not_active)" in out
+    assert "CUDA out of memory" in out
+    assert "[sglang-scheduler-failure]" in out
+    assert (show(fleet, host, "InvocationID"), show(fleet, host, "NRestarts")) == before
+    assert show(fleet, host, "ActiveState") == "failed"
+
+    report = json.loads((tmp_path / f"{host}.precheck.json").read_text())
+    assert report["verdict"] == "fail" and report["reason"] == "unit_not_active"
+    assert report["invocation_id"] == before[0]
+    assert report["state"]["active_state"] == "failed"
+    assert any("CUDA out of memory" in ev["message"] for ev in report["fatal"])
+    suites = ET.parse(tmp_path / f"{host}.precheck.junit.xml").getroot()
+    assert suites.get("failures") == "1"
+    failure = suites.find("./testsuite/testcase/failure")
+    assert failure is not None and failure.get("type") == "unit_not_active"
+    assert "CUDA out of memory" in (failure.text or "")
+
+
+def test_health_503_fails_with_health_failed(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """Ready marker logged, unit running, but health answers 503: FAIL (health_failed)."""
+    start(fleet, host, SIM_SCENARIO="health_503")
+    before = show(fleet, host, "InvocationID")
+    run = run_playbook(PLAYBOOK, limit=host)
+    out = output(run)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: precheck FAIL (health_failed)" in out
+    assert "answered HTTP 503" in out
+    assert show(fleet, host, "InvocationID") == before
+
+
+def test_unknown_error_passes_unless_strict(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """An unrecognized warning is reported with a suggested rule and passes; with strict mode (given as
+    text, the way an AWX survey sends it) it fails as unrecognized_strict. Report files for both:
+    the pass has no JUnit failure, the strict fail has one."""
+    start(fleet, host, SIM_SCENARIO="unknown_error")
+    before = show(fleet, host, "InvocationID")
+    passed, strict = tmp_path / "pass", tmp_path / "strict"
+
+    run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_report_dir": str(passed)})
+    out = output(run)
+    assert run.returncode == 0, run
+    assert f"{host} {UNIT}: precheck PASS (ready)" in out
+    assert "unrecognized (reported, not failing): 1" in out
+    assert "Frobnicator returned error state 7, continuing" in out
+    assert "suggested rule for sglang_precheck_extra_rules" in out
+    report = json.loads((passed / f"{host}.precheck.json").read_text())
+    assert report["verdict"] == "pass" and report["reason"] == "ready" and report["invocation_id"] == before
+    assert len(report["unrecognized"]) == 1
+    suites = ET.parse(passed / f"{host}.precheck.junit.xml").getroot()
+    assert suites.get("failures") == "0" and suites.find("./testsuite/testcase/failure") is None
+
+    run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_strict": "true", "sglang_precheck_report_dir": str(strict)})
+    out = output(run)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: precheck FAIL (unrecognized_strict)" in out
+    assert "unrecognized (strict mode: failing): 1" in out
+    report = json.loads((strict / f"{host}.precheck.json").read_text())
+    assert report["verdict"] == "fail" and report["reason"] == "unrecognized_strict"
+    failure = ET.parse(strict / f"{host}.precheck.junit.xml").getroot().find("./testsuite/testcase/failure")
+    assert failure is not None and failure.get("type") == "unrecognized_strict"
+    assert show(fleet, host, "InvocationID") == before
+
+
+def test_unit_that_does_not_exist_is_refused(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A unit name that does not exist: a clear refusal, reported (unit_not_found), non-zero exit."""
+    run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_unit": "no-such-server.service", "sglang_precheck_report_dir": str(tmp_path)})
+    out = output(run)
+    assert run.returncode != 0, run
+    assert f"Refusing to check no-such-server.service on {host}: there is no such systemd unit (LoadState=not-found)" in out
+    assert f"{host} no-such-server.service: precheck FAIL (unit_not_found)" in out
+    report = json.loads((tmp_path / f"{host}.precheck.json").read_text())
+    assert report["verdict"] == "fail" and report["reason"] == "unit_not_found"
