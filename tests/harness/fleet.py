@@ -60,6 +60,7 @@ DEFAULT_NET = "10.213"
 MAX_HOSTS = 32
 CGROUP_HIERARCHIES = ("systemd", "unified")
 NSPAWN_RUN = Path("/run/systemd/nspawn")
+HEALTH_URL = "http://127.0.0.1:30000/health_generate"
 SCENARIO_FILE = "/etc/sglang-sim/scenario.env"
 SIM_UNIT = "sglang.service"
 TEMPLATE_VERSION = "1"  # bump when the template customisation changes
@@ -442,6 +443,15 @@ class Fleet:
         body = "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in env.items())
         cmd = f"mkdir -p {shlex.quote(os.path.dirname(SCENARIO_FILE))} && printf %s {shlex.quote(body)} > {SCENARIO_FILE}"
         self.ssh(host, cmd)
+
+    def unit_property(self, host: str, prop: str, unit: str = SIM_UNIT) -> str:
+        """One ``systemctl show`` property of a unit in a host (InvocationID, MainPID, NRestarts, ...)."""
+        return self.ssh(host, f"systemctl show -p {prop} --value {shlex.quote(unit)}").stdout.strip()
+
+    def health(self, host: str, url: str = HEALTH_URL, timeout: float = 5) -> str:
+        """What the server's health endpoint answers inside the host: the HTTP status, or ``down``."""
+        code = f"import urllib.request as u\ntry: print(u.urlopen({url!r}, timeout={timeout}).status)\nexcept Exception as e: print(getattr(e, 'code', 'down'))"
+        return self.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
     def reset(self, host: str) -> None:
         """Stop the simulator, clear its failed state and restart counter, drop the scenario file."""

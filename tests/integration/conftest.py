@@ -67,6 +67,10 @@ class PlaybookRun:
         self.stderr = process.stderr
         self.elapsed = elapsed
 
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
     def __repr__(self) -> str:
         return f"PlaybookRun(rc={self.returncode}, elapsed={self.elapsed:.1f}s)\n{self.stdout[-6000:]}\n{self.stderr[-2000:]}"
 

@@ -47,24 +47,12 @@ def run_ansible(fleet: Fleet, ansible_bin: Path, *args: str, timeout: float = 18
     return subprocess.run(cmd, env=fleet.ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def show(fleet: Fleet, host: str, prop: str) -> str:
-    return fleet.ssh(host, f"systemctl show -p {prop} --value {UNIT}").stdout.strip()
-
-
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 30, interval: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
-
-
-def health(fleet: Fleet, host: str) -> str:
-    code = (
-        f"import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:{PORT}/health_generate', timeout=2).status)\n"
-        "except Exception as e: print(getattr(e, 'code', 'down'))"
-    )
-    return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
 
 def journal(fleet: Fleet, host: str, invocation: str) -> list[dict[str, object]]:
@@ -100,9 +88,9 @@ def test_ansible_restart_and_journal_of_the_invocation(fleet: Fleet, sim_host: s
     proc = run_ansible(fleet, ansible_bin, sim_host, "-m", "ansible.builtin.systemd_service", "-a", f"name={UNIT} state=restarted")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{sim_host} | CHANGED" in proc.stdout
-    invocation = show(fleet, sim_host, "InvocationID")
+    invocation = fleet.unit_property(sim_host, "InvocationID")
     assert len(invocation) == 32
-    wait_for("the server to be ready", lambda: health(fleet, sim_host) == "200")
+    wait_for("the server to be ready", lambda: fleet.health(sim_host, timeout=2) == "200")
     entries = journal(fleet, sim_host, invocation)
     assert entries and all(e["_SYSTEMD_INVOCATION_ID"] == invocation for e in entries)
     texts = [e["MESSAGE"] for e in entries if isinstance(e["MESSAGE"], str)]
@@ -111,7 +99,7 @@ def test_ansible_restart_and_journal_of_the_invocation(fleet: Fleet, sim_host: s
     assert any(b"\r" in m for m in binary), "no carriage-return (tqdm) line stored as a byte array"
     # a second restart is a new invocation with lines of its own
     fleet.ssh(sim_host, f"systemctl restart {UNIT}")
-    second = show(fleet, sim_host, "InvocationID")
+    second = fleet.unit_property(sim_host, "InvocationID")
     assert second != invocation
     wait_for("lines of the new invocation", lambda: bool(journal(fleet, sim_host, second)))
 
@@ -128,9 +116,9 @@ def test_health_generate_refused_then_503_then_200(fleet: Fleet, sim_host: str) 
 def test_crash_loop_makes_nrestarts_grow(fleet: Fleet, sim_host: str) -> None:
     fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
     fleet.ssh(sim_host, f"systemctl start --no-block {UNIT}")
-    wait_for("NRestarts >= 2", lambda: int(show(fleet, sim_host, "NRestarts") or 0) >= 2, timeout=60)
+    wait_for("NRestarts >= 2", lambda: int(fleet.unit_property(sim_host, "NRestarts") or 0) >= 2, timeout=60)
     fleet.reset(sim_host)
-    assert show(fleet, sim_host, "NRestarts") == "0"
+    assert fleet.unit_property(sim_host, "NRestarts") == "0"
     assert fleet.ssh(sim_host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "inactive"
     assert fleet.ssh(sim_host, "test -e /etc/sglang-sim/scenario.env", check=False).returncode == 1
 
@@ -138,14 +126,14 @@ def test_crash_loop_makes_nrestarts_grow(fleet: Fleet, sim_host: str) -> None:
 def test_hang_stays_active_but_never_healthy(fleet: Fleet, sim_host: str) -> None:
     fleet.set_scenario(sim_host, SIM_SCENARIO="hang", **FAST)
     fleet.ssh(sim_host, f"systemctl start {UNIT}")
-    started = show(fleet, sim_host, "InvocationID")
+    started = fleet.unit_property(sim_host, "InvocationID")
     deadline = time.monotonic() + 6
     while time.monotonic() < deadline:
         assert fleet.ssh(sim_host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active"
-        assert health(fleet, sim_host) != "200"
+        assert fleet.health(sim_host, timeout=2) != "200"
         time.sleep(0.5)
-    assert show(fleet, sim_host, "InvocationID") == started
-    assert show(fleet, sim_host, "NRestarts") == "0"
+    assert fleet.unit_property(sim_host, "InvocationID") == started
+    assert fleet.unit_property(sim_host, "NRestarts") == "0"
 
 
 def test_second_fleet_cleans_stale_run_and_leaves_nothing(fleet: Fleet, tmp_path: Path) -> None:

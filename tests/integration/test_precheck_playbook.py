@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import PlaybookRun, RunPlaybook
+from tests.integration.conftest import RunPlaybook
 
 PLAYBOOK = "playbooks/precheck_sglang.yml"
 UNIT = "sglang.service"
@@ -28,14 +28,6 @@ READY_LINE = "The server is fired up and ready to roll!"
 # finds after a lost start), a runtime drop-in turns that off while the test runs.
 NO_RESTART_DIR = f"/run/systemd/system/{UNIT}.d"
 NO_RESTART = f"{NO_RESTART_DIR}/precheck-test-no-restart.conf"
-
-
-def show(fleet: Fleet, host: str, prop: str) -> str:
-    return fleet.ssh(host, f"systemctl show -p {prop} --value {UNIT}").stdout.strip()
-
-
-def output(run: PlaybookRun) -> str:
-    return run.stdout + run.stderr
 
 
 def start(fleet: Fleet, host: str, timeout: float = 60, **scenario: str) -> None:
@@ -74,22 +66,22 @@ def test_healthy_host_passes_and_is_not_touched(fleet: Fleet, host: str, run_pla
     """ok scenario, started and ready: PASS (ready), exit 0, the same InvocationID and main PID after
     the check; --check runs the same check."""
     start(fleet, host)
-    before = show(fleet, host, "InvocationID"), show(fleet, host, "MainPID")
+    before = fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "MainPID")
     run = run_playbook(PLAYBOOK, limit=host)
-    out = output(run)
+    out = run.output
     assert run.returncode == 0, run
     assert f"{host} {UNIT}: precheck PASS (ready)" in out
     assert "health: HTTP 200" in out
     assert "fatal: none" in out
     assert "[sglang-cute-dsl-package-walk] x8 on 8 ranks (TP0..TP7)" in out
     assert before[0] in out
-    assert (show(fleet, host, "InvocationID"), show(fleet, host, "MainPID")) == before
+    assert (fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "MainPID")) == before
 
     run = run_playbook(PLAYBOOK, "--check", limit=host)
-    out = output(run)
+    out = run.output
     assert run.returncode == 0, run
     assert f"{host} {UNIT}: precheck PASS (ready) [check mode]" in out
-    assert (show(fleet, host, "InvocationID"), show(fleet, host, "MainPID")) == before
+    assert (fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "MainPID")) == before
 
 
 def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
@@ -98,17 +90,17 @@ def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet,
     ActiveState unchanged); the report files carry the verdict and a JUnit failure."""
     fleet.ssh(host, f"mkdir -p {NO_RESTART_DIR} && printf '[Service]\\nRestart=no\\n' > {NO_RESTART} && systemctl daemon-reload")
     start(fleet, host, SIM_SCENARIO="crash", SIM_FAILURE="cuda_oom")
-    assert show(fleet, host, "ActiveState") == "failed"
-    before = show(fleet, host, "InvocationID"), show(fleet, host, "NRestarts")
+    assert fleet.unit_property(host, "ActiveState") == "failed"
+    before = fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "NRestarts")
 
     run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_report_dir": str(tmp_path)})
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert f"{host} {UNIT}: precheck FAIL (unit_not_active)" in out
     assert "CUDA out of memory" in out
     assert "[sglang-scheduler-failure]" in out
-    assert (show(fleet, host, "InvocationID"), show(fleet, host, "NRestarts")) == before
-    assert show(fleet, host, "ActiveState") == "failed"
+    assert (fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "NRestarts")) == before
+    assert fleet.unit_property(host, "ActiveState") == "failed"
 
     report = json.loads((tmp_path / f"{host}.precheck.json").read_text())
     assert report["verdict"] == "fail" and report["reason"] == "unit_not_active"
@@ -125,13 +117,13 @@ def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet,
 def test_health_503_fails_with_health_failed(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """Ready marker logged, unit running, but health answers 503: FAIL (health_failed)."""
     start(fleet, host, SIM_SCENARIO="health_503")
-    before = show(fleet, host, "InvocationID")
+    before = fleet.unit_property(host, "InvocationID")
     run = run_playbook(PLAYBOOK, limit=host)
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert f"{host} {UNIT}: precheck FAIL (health_failed)" in out
     assert "answered HTTP 503" in out
-    assert show(fleet, host, "InvocationID") == before
+    assert fleet.unit_property(host, "InvocationID") == before
 
 
 def test_unknown_error_passes_unless_strict(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
@@ -139,11 +131,11 @@ def test_unknown_error_passes_unless_strict(fleet: Fleet, host: str, run_playboo
     text, the way an AWX survey sends it) it fails as unrecognized_strict. Report files for both:
     the pass has no JUnit failure, the strict fail has one."""
     start(fleet, host, SIM_SCENARIO="unknown_error")
-    before = show(fleet, host, "InvocationID")
+    before = fleet.unit_property(host, "InvocationID")
     passed, strict = tmp_path / "pass", tmp_path / "strict"
 
     run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_report_dir": str(passed)})
-    out = output(run)
+    out = run.output
     assert run.returncode == 0, run
     assert f"{host} {UNIT}: precheck PASS (ready)" in out
     assert "unrecognized (reported, not failing): 1" in out
@@ -156,7 +148,7 @@ def test_unknown_error_passes_unless_strict(fleet: Fleet, host: str, run_playboo
     assert suites.get("failures") == "0" and suites.find("./testsuite/testcase/failure") is None
 
     run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_strict": "true", "sglang_precheck_report_dir": str(strict)})
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert f"{host} {UNIT}: precheck FAIL (unrecognized_strict)" in out
     assert "unrecognized (strict mode: failing): 1" in out
@@ -164,13 +156,13 @@ def test_unknown_error_passes_unless_strict(fleet: Fleet, host: str, run_playboo
     assert report["verdict"] == "fail" and report["reason"] == "unrecognized_strict"
     failure = ET.parse(strict / f"{host}.precheck.junit.xml").getroot().find("./testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "unrecognized_strict"
-    assert show(fleet, host, "InvocationID") == before
+    assert fleet.unit_property(host, "InvocationID") == before
 
 
 def test_unit_that_does_not_exist_is_refused(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """A unit name that does not exist: a clear refusal, reported (unit_not_found), non-zero exit."""
     run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_unit": "no-such-server.service", "sglang_precheck_report_dir": str(tmp_path)})
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert f"Refusing to check no-such-server.service on {host}: there is no such systemd unit (LoadState=not-found)" in out
     assert f"{host} no-such-server.service: precheck FAIL (unit_not_found)" in out

@@ -7,7 +7,6 @@ simulator's cold start is shortened (SIM_SPEED, SIM_WARMUP_SECONDS) and the role
 from __future__ import annotations
 
 import json
-import shlex
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import REPO, PlaybookRun, RunPlaybook
+from tests.integration.conftest import REPO, RunPlaybook
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 UNIT = "sglang.service"
@@ -32,21 +31,8 @@ QUICK = {
 API_KEY = "sk-inferops-test-7f3a9c2e5b1d"
 
 
-def show(fleet: Fleet, host: str, prop: str) -> str:
-    return fleet.ssh(host, f"systemctl show -p {prop} --value {UNIT}").stdout.strip()
-
-
 def invocation(fleet: Fleet, host: str) -> str:
-    return show(fleet, host, "InvocationID")
-
-
-def health(fleet: Fleet, host: str) -> str:
-    code = (
-        "import urllib.request as u\n"
-        "try: print(u.urlopen('http://127.0.0.1:30000/health_generate', timeout=5).status)\n"
-        "except Exception as e: print(getattr(e, 'code', 'down'))"
-    )
-    return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
+    return fleet.unit_property(host, "InvocationID")
 
 
 def start_all(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
@@ -57,10 +43,6 @@ def start_all(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
     ids = {host: invocation(fleet, host) for host in hosts}
     assert all(len(i) == 32 for i in ids.values()), ids
     return ids
-
-
-def output(run: PlaybookRun) -> str:
-    return run.stdout + run.stderr
 
 
 @pytest.fixture
@@ -107,8 +89,8 @@ def test_ok_restart_passes_and_reports(fleet: Fleet, hosts: list[str], tmp_path:
     # the new invocation runs and serves
     after = invocation(fleet, host)
     assert after != before
-    assert show(fleet, host, "ActiveState") == "active"
-    assert health(fleet, host) == "200"
+    assert fleet.unit_property(host, "ActiveState") == "active"
+    assert fleet.health(host) == "200"
 
     # set_stats -> ansible-runner artifact data (what AWX shows as artifacts)
     stats = [e for e in runner.events if e.get("event") == "playbook_on_stats"]
@@ -147,13 +129,13 @@ def test_rolling_restart_stops_at_the_first_failed_host(fleet: Fleet, hosts: lis
     fleet.set_scenario(second, **FAST, SIM_SCENARIO="crash", SIM_PHASE="capturing_cuda_graphs", SIM_FAILURE="cuda_oom")
 
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(tmp_path)})
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
 
     # the canary: restarted, active, healthy
     assert invocation(fleet, first) != before[first]
-    assert show(fleet, first, "ActiveState") == "active"
-    assert health(fleet, first) == "200"
+    assert fleet.unit_property(first, "ActiveState") == "active"
+    assert fleet.health(first) == "200"
     assert f"{first} {UNIT}: PASS (ready)" in out
 
     # the failed host: restarted, failed fast with its evidence
@@ -175,14 +157,14 @@ def test_rolling_restart_stops_at_the_first_failed_host(fleet: Fleet, hosts: lis
 def test_check_mode_changes_nothing(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
     """--check on the whole fleet: exit 0, every host says what would happen, no InvocationID changes."""
     before = start_all(fleet, hosts)
-    pids = {h: show(fleet, h, "MainPID") for h in hosts}
+    pids = {h: fleet.unit_property(h, "MainPID") for h in hosts}
     run = run_playbook(PLAYBOOK, "--check", extra_vars=QUICK)
-    out = output(run)
+    out = run.output
     assert run.returncode == 0, run
     for host in hosts:
         assert f"CHECK MODE: {UNIT} on {host} was not touched." in out
         assert invocation(fleet, host) == before[host]
-        assert show(fleet, host, "MainPID") == pids[host]
+        assert fleet.unit_property(host, "MainPID") == pids[host]
     assert "A real run would stop it" in out
 
 
@@ -191,7 +173,7 @@ def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[
     nothing restarted anywhere."""
     before = start_all(fleet, hosts)
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_unit": "no-such-server.service", "sglang_restart_report_dir": str(tmp_path)})
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert f"Refusing to restart no-such-server.service on {hosts[0]}: there is no such systemd unit (LoadState=not-found)" in out
     assert "Nothing was stopped or started" in out
@@ -204,7 +186,7 @@ def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[
 
     # a typo in the user's rules is found on the controller before anything restarts
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_disabled_rules": ["no-such-rule"]})
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert "disabled rule id(s) no-such-rule match no rule" in out
     assert f"{hosts[0]} {UNIT}: FAIL (invalid_rules)" in out
@@ -220,7 +202,7 @@ def test_api_key_is_never_printed(fleet: Fleet, hosts: list[str], run_playbook: 
     fleet.set_scenario(host, **FAST, SIM_API_KEY=API_KEY)
     extra = {**QUICK, "sglang_restart_smoke_test": True, "sglang_restart_api_key": API_KEY}
     run = run_playbook(PLAYBOOK, "-vvv", extra_vars=extra, limit=host)
-    out = output(run)
+    out = run.output
     assert run.returncode == 0, run
     assert "smoke test: HTTP 200, generated" in out
     # the key was passed on the command line (-e); ansible-playbook echoes no command line, so any
@@ -229,7 +211,7 @@ def test_api_key_is_never_printed(fleet: Fleet, hosts: list[str], run_playbook: 
 
     wrong = "sk-wrong-key-0000"
     run = run_playbook(PLAYBOOK, "-v", extra_vars={**extra, "sglang_restart_api_key": wrong}, limit=host)
-    out = output(run)
+    out = run.output
     assert run.returncode != 0, run
     assert "FAIL (smoke_failed)" in out
     assert "smoke test: HTTP 401" in out
@@ -251,11 +233,11 @@ def test_playbook_runs_by_its_collection_name_with_survey_values(fleet: Fleet, h
         "sglang_restart_extra_rules": "- {id: local-moe-config, pattern: 'Using default MoE config', reason: tuned configs not shipped here}",
     }
     run = run_playbook("inferops.runbooks.restart_sglang", extra_vars=survey, limit=host)
-    out = output(run)
+    out = run.output
     assert run.returncode == 0, run
     assert f"{host} {UNIT}: PASS (ready)" in out
     assert "smoke test: HTTP 200" in out
     # the shipped rule is off, the user's rule from the YAML text took over its lines
     assert "[local-moe-config] x8 on 8 ranks" in out
     assert "[sglang-kernel-config-missing]" not in out
-    assert show(fleet, host, "ActiveState") == "active"
+    assert fleet.unit_property(host, "ActiveState") == "active"
