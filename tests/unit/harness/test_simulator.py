@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-SIM_PATH = Path(__file__).resolve().parents[1] / "harness" / "simulator" / "sglang_sim.py"
+SIM_PATH = Path(__file__).resolve().parents[2] / "harness" / "simulator" / "sglang_sim.py"
 UNIT_PATH = SIM_PATH.with_name("sglang.service")
 TP = 4
 FAST = {"SIM_SPEED": "0.05", "SIM_TP": str(TP), "SIM_SHARDS": "24"}

@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, classify, classify_line, load_rules, suggest_rule
 from tests.figures import record
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 # the incident behind the project: a restart of a 548 GB model on 8 GPUs, journalctl -o short as the operator saw it
 SEED_LINE = (
     "May 30 19:15:26 dflash-train python[{pid}]: 2026-05-30 19:15:26,720 - CUTE_DSL - WARNING - [handle_import_error] - "

@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.unit.conftest import CORPUS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "filters.yml"
 
 

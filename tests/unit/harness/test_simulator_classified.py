@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify
 
-SIMULATOR = Path(__file__).resolve().parents[1] / "harness" / "simulator" / "sglang_sim.py"
+SIMULATOR = Path(__file__).resolve().parents[2] / "harness" / "simulator" / "sglang_sim.py"
 
 
 def free_port() -> int:
