@@ -19,7 +19,7 @@ test: setup lint sanity unit integration
 lint: setup
 	$(BIN)/ruff check plugins tests bench
 	$(BIN)/ruff format --check plugins tests bench
-	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins.module_utils
+	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
 	$(BIN)/ansible-lint --profile production
 
 sanity: setup

@@ -20,6 +20,8 @@ import time
 import typing as t
 import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult
+
 DEFAULT_TIMEOUT = 30.0
 MAX_BODY = 4096
 
@@ -49,14 +51,13 @@ def split_url(url: str) -> tuple[str, str, int, str]:
 def probe(
     url: str,
     timeout: float = DEFAULT_TIMEOUT,
-    api_key: str | None = None,
     validate_certs: bool = True,
     clock: t.Callable[[], float] = time.monotonic,
-) -> dict[str, t.Any]:
+) -> HealthResult:
     """GET the URL once and say what happened; never raises for network trouble."""
     scheme, host, port, path = split_url(url)
     started = clock()
-    result: dict[str, t.Any] = {"url": url, "up": False, "status": None, "error": None, "seconds": 0.0}
+    result: HealthResult = {"url": url, "up": False, "status": None, "error": None, "seconds": 0.0}
     connection: http.client.HTTPConnection
     if scheme == "https":
         context = ssl.create_default_context()
@@ -79,9 +80,8 @@ def probe(
             result["error"] = _os_error_text(exc)
             return result
         result["up"] = True
+        # no credentials: health endpoints need none, and a key must never go where the URL points
         headers = {"Accept": "*/*", "User-Agent": "inferops.runbooks service_probe"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
         try:
             connection.request("GET", path, headers=headers)
             response = connection.getresponse()

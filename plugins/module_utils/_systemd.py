@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import re
+import select
 import subprocess
 import typing as t
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._lines import clean, record_message
 
 SHOW_PROPERTIES = (
     "Id",
@@ -187,7 +191,7 @@ class JournalReader:
                 self.cursor = record.get("__CURSOR") or self.cursor
                 self.realtime = _to_int(str(record.get("__REALTIME_TIMESTAMP", ""))) or self.realtime
                 if self._keep_tail:
-                    self.tail.append(message_text(record.get("MESSAGE")))
+                    self.tail.append(message_text(record))
                 yield record
                 if self.limit is not None and self.count >= self.limit:
                     break
@@ -216,35 +220,21 @@ def _json_record(raw: bytes | str) -> dict[str, t.Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def message_text(message: t.Any) -> str:
-    """A journal MESSAGE as the text a terminal would show last (a tqdm line: its latest state)."""
-    if isinstance(message, list):
-        try:
-            message = bytes(message).decode("utf-8", "replace")
-        except (TypeError, ValueError):
-            return ""
-    text = message if isinstance(message, str) else "" if message is None else str(message)
-    if "\r" in text:
-        parts = [part for part in text.split("\r") if part.strip()]
-        text = parts[-1] if parts else ""
-    return text.rstrip()
+def message_text(record: t.Mapping[str, t.Any]) -> str:
+    """A journal record's MESSAGE as the text a terminal would show last (a tqdm line: its latest state)."""
+    return clean(record_message(record))[-1]
 
 
-# -- one invocation's journal, read in steps into one Scanner ---------------------------------
+# -- one invocation's journal, read once or followed ------------------------------------------
 
 
 class JournalSlice:
-    """The journal records of one invocation after a cursor, read in one or more steps.
-
-    ``make_scanner`` returns a fresh classifier Scanner (``_classifier.Scanner``); every step's
-    records go to the same one. The slice remembers where the last still-open Python traceback
-    started, so that ``finish(hold_traceback=True)`` can stop before it: the next slice then reads
-    the traceback whole instead of classifying half of it.
-    """
+    """The journal records of one invocation (or of every invocation) after a cursor, read at once
+    into one classifier Scanner (``_classifier.Scanner``)."""
 
     def __init__(
         self,
-        make_scanner: t.Callable[[], t.Any],
+        scanner: t.Any,
         unit: str,
         invocation_id: str | None,
         cursor: str | None = None,
@@ -253,72 +243,96 @@ class JournalSlice:
         journalctl: str = "journalctl",
         popen: t.Callable[..., t.Any] = subprocess.Popen,
     ) -> None:
-        self._make_scanner = make_scanner
-        self.unit = unit
-        self.invocation_id = invocation_id
-        self.start_cursor = cursor
+        self.scanner = scanner
+        self.argv = journal_command(unit, invocation_id, cursor, since, journalctl)
         self.cursor = cursor
-        self.since = since
-        self.tail_lines = tail_lines
-        self.journalctl = journalctl
-        self._popen = popen
-        self.scanner = make_scanner()
         self.records = 0
-        self.realtime: int | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
-        self._open: t.Any = None
-        self._header_records = 0
-        self._header_cursor: str | None = None
-
-    def _command(self, cursor: str | None) -> list[str]:
-        return journal_command(self.unit, self.invocation_id, cursor, self.since, self.journalctl)
+        self._keep_tail = tail_lines > 0
+        self._popen = popen
 
     def read(self) -> int:
-        """Read what the journal holds after the current cursor; returns the number of records read."""
-        reader = JournalReader(self._command(self.cursor), popen=self._popen)
+        """Read and classify what the journal holds; returns the number of records read."""
+        reader = JournalReader(self.argv, popen=self._popen)
         for record in reader:
-            before = self.cursor
             self.scanner.feed_records((record,))
-            opened = self.scanner.open_traceback
-            if opened is not None and opened != self._open:
-                self._header_records, self._header_cursor = self.records, before
-            self._open = opened
-            self.records += 1
-            self.cursor = record.get("__CURSOR") or self.cursor
-            self.realtime = reader.realtime or self.realtime
-            if self.tail_lines > 0:
-                self.tail.append(message_text(record.get("MESSAGE")))
+            if self._keep_tail:
+                self.tail.append(message_text(record))
+        self.records += reader.count
+        self.cursor = reader.cursor or self.cursor
         return reader.count
 
-    @property
-    def traceback_open(self) -> bool:
-        return self.scanner.open_traceback is not None
 
-    @property
-    def pending_header(self) -> str | None:
-        """The first line of the traceback still open, if any."""
-        opened = self.scanner.open_traceback
-        return None if opened is None else str(opened[1])
+class JournalFollower:
+    """One invocation's journal from a cursor: what it holds now (``catch_up``), then what comes
+    (``poll``, over a single ``journalctl --follow``).
 
-    def finish(self, hold_traceback: bool = False) -> tuple[dict[str, t.Any], str | None]:
-        """The report of what was read, and the cursor to continue from.
+    The catch-up starts *at* the cursor's entry (``--cursor``) and drops it: when that entry is no
+    longer in the journal (rotated and vacuumed away before it was read past), the entries between
+    it and the next one read may be lost, and ``gap`` says so.
+    """
 
-        With ``hold_traceback`` and a traceback still open at the end, the report and the cursor
-        stop before the traceback's first line (its records are read again, once, to get there).
-        """
-        if not (hold_traceback and self.traceback_open):
-            return self.scanner.finish(), self.cursor
-        scanner = self._make_scanner()
-        self.tail.clear()
-        replay = JournalReader(self._command(self.start_cursor), limit=self._header_records, popen=self._popen)
-        count = 0
-        for record in replay:
-            scanner.feed_records((record,))
-            count += 1
-            if self.tail_lines > 0:
-                self.tail.append(message_text(record.get("MESSAGE")))
-        self.scanner = scanner
-        self.records = count
-        self.cursor = self._header_cursor if count else self.start_cursor
-        self._open = None
-        return scanner.finish(), self.cursor
+    CHUNK = 1 << 16
+
+    def __init__(self, unit: str, invocation_id: str, cursor: str | None = None, journalctl: str = "journalctl") -> None:
+        self.unit = unit
+        self.invocation_id = invocation_id
+        self.journalctl = journalctl
+        self.start_cursor = cursor
+        self.cursor = cursor
+        self.realtime: int | None = None
+        self.count = 0
+        self.gap: str | None = None
+        self._buffer = b""
+        self._process: t.Any = None
+
+    def __enter__(self) -> JournalFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+        process.wait()
+
+    def catch_up(self) -> t.Iterator[dict[str, t.Any]]:
+        """The records the journal holds now, after the cursor."""
+        argv = journal_command(self.unit, self.invocation_id, None, None, self.journalctl)
+        if self.start_cursor:
+            argv.insert(1, "--cursor=" + self.start_cursor)
+        first = True
+        for record in JournalReader(argv):
+            if first and self.start_cursor:
+                first = False
+                if record.get("__CURSOR") == self.start_cursor:
+                    continue
+                self.gap = "the journal no longer holds the last entry read (rotated or vacuumed away): the entries that followed it may be lost"
+            first = False
+            yield self._take(record)
+
+    def poll(self, timeout: float) -> list[dict[str, t.Any]]:
+        """The records that arrived within ``timeout`` seconds (waiting only until the first does)."""
+        if self._process is None:
+            argv = journal_command(self.unit, self.invocation_id, self.cursor, None, self.journalctl)
+            argv[1:1] = ["--follow", "--no-tail"]
+            self._process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        stream = self._process.stdout
+        ready, _, _ = select.select([stream], [], [], max(timeout, 0.0))
+        while ready:
+            chunk = os.read(stream.fileno(), self.CHUNK)
+            if not chunk:
+                break
+            self._buffer += chunk
+            ready, _, _ = select.select([stream], [], [], 0)
+        lines = self._buffer.split(b"\n")
+        self._buffer = lines.pop()
+        return [self._take(record) for record in map(_json_record, lines) if record is not None]
+
+    def _take(self, record: dict[str, t.Any]) -> dict[str, t.Any]:
+        self.count += 1
+        self.cursor = record.get("__CURSOR") or self.cursor
+        self.realtime = _to_int(str(record.get("__REALTIME_TIMESTAMP", ""))) or self.realtime
+        return record

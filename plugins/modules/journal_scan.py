@@ -194,22 +194,20 @@ import typing as t  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, is_invocation_id, unit_name, unit_state  # noqa: E402
 
 
 def argument_spec() -> dict[str, t.Any]:
-    return {
-        "unit": {"type": "str", "default": "sglang.service"},
-        "invocation": {"type": "str", "default": "current"},
-        "cursor": {"type": "str", "no_log": False},
-        "since": {"type": "str"},
-        "line_offset": {"type": "int", "default": 0},
-        "tail_lines": {"type": "int", "default": 0},
-        "engine": {"type": "str", "default": "auto", "choices": ["auto", "sglang", "vllm"]},
-        "extra_rules": {"type": "list", "elements": "dict", "default": []},
-        "disabled_rules": {"type": "list", "elements": "str", "default": []},
-        "strict": {"type": "bool", "default": False},
-    }
+    spec = merged(UNIT_OPTIONS, CLASSIFIER_OPTIONS)
+    spec.update(
+        invocation={"type": "str", "default": "current"},
+        cursor={"type": "str", "no_log": False},
+        since={"type": "str"},
+        line_offset={"type": "int", "default": 0},
+        tail_lines={"type": "int", "default": 0},
+    )
+    return spec
 
 
 def main() -> None:
@@ -225,9 +223,7 @@ def main() -> None:
         module.fail_json(msg=f"invocation must be current, all or an invocation id (32 hexadecimal digits), got {invocation!r}")
     journalctl = module.get_bin_path("journalctl", required=True)
 
-    def make_scanner() -> Scanner:
-        return Scanner(rules, strict=params["strict"], line_offset=params["line_offset"])
-
+    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"])
     invocation_id: str | None = None
     try:
         if invocation == "current":
@@ -236,10 +232,10 @@ def main() -> None:
                 module.warn(f"{unit} has no current invocation (it never ran): nothing to read")
         elif invocation != "all":
             invocation_id = invocation
-        slice_ = JournalSlice(make_scanner, unit, invocation_id, params["cursor"], params["since"], params["tail_lines"], journalctl)
+        slice_ = JournalSlice(scanner, unit, invocation_id, params["cursor"], params["since"], params["tail_lines"], journalctl)
         if invocation_id is not None or invocation == "all":
             slice_.read()
-        report, cursor = slice_.finish()
+        report, cursor = scanner.finish(), slice_.cursor
     except SystemdError as exc:
         module.fail_json(msg=str(exc))
 

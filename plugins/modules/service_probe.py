@@ -12,13 +12,16 @@ description:
   - Reads the unit's state with C(systemctl show), classifies the unit's journal records of one invocation
     that came after O(cursor), and probes the HTTP health endpoint from the managed host itself (so a server
     bound to 127.0.0.1 is reachable).
-  - With O(watch), keeps re-reading the journal and the unit's state about twice a second and returns as soon
-    as something that matters changes, so that one connection covers several seconds of a wait.
+  - With O(watch), follows the journal (one C(journalctl --follow)) and keeps the unit's state current, and returns
+    as soon as something that matters changes, so that one connection covers several seconds of a wait.
+  - A Python traceback that is still being written is given a moment to be written whole, and a fatal line a moment
+    for the other ranks' copies to follow, so that the report holds the whole evidence.
   - This is the building block of M(inferops.runbooks.wait_ready); it never changes anything.
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.classifier
+  - inferops.runbooks.health
 attributes:
   check_mode:
     support: full
@@ -58,7 +61,7 @@ options:
   watch:
     description:
       - Seconds to keep watching for a change before returning (a long poll). V(0) looks once.
-      - The call returns early on a fatal line or an opening traceback, the ready marker, a later phase,
+      - The call returns early on a fatal line (once its traceback is whole), the ready marker, a later phase,
         or a change of the unit's C(ActiveState), C(SubState), C(MainPID), C(NRestarts) or C(InvocationID).
     type: float
     default: 0
@@ -67,31 +70,10 @@ options:
       - The health endpoint to probe once, at the end of the call. Omit it to skip the probe.
       - A refused connection is reported as RV(health.up=false), not as a failure.
     type: str
-  health_timeout:
-    description:
-      - Seconds to wait for the health endpoint's answer; SGLang's can take up to 20 s.
-    type: float
-    default: 30
   health_early:
     description:
       - End O(watch) as soon as the server is known to be warming up or ready, to probe health at once.
       - Set to V(false) to watch the whole window (during a soak).
-    type: bool
-    default: true
-  api_key:
-    description:
-      - Sent in an C(Authorization) header as a C(Bearer) token with the health probe. SGLang's health endpoints do not need it.
-    type: str
-  validate_certs:
-    description:
-      - Check the certificate of an C(https) health endpoint.
-    type: bool
-    default: true
-  hold_traceback:
-    description:
-      - When the records read end inside a Python traceback that is still being written and the unit is
-        active, stop the report and RV(journal.cursor) before the traceback's first line, so that the next
-        call reads it whole; its first line is returned as RV(journal.pending_traceback).
     type: bool
     default: true
   tail_lines:
@@ -100,8 +82,9 @@ options:
     type: int
     default: 0
 notes:
-  - The journal is read with field matches (C(_SYSTEMD_UNIT=), C(_SYSTEMD_INVOCATION_ID=)) and C(--after-cursor),
+  - The journal is read with field matches (C(_SYSTEMD_UNIT=), C(_SYSTEMD_INVOCATION_ID=)) and C(--cursor),
     never C(-u) with a cursor, which could skip an entry on systemd before its December 2023 fix.
+  - The health probe never sends credentials (SGLang's and vLLM's health endpoints need none).
 seealso:
   - module: inferops.runbooks.wait_ready
   - module: inferops.runbooks.journal_scan
@@ -166,8 +149,10 @@ journal:
       description: The invocation read.
       type: str
       returned: always
-    pending_traceback:
-      description: The first line of a traceback held back for the next call, or null.
+    gap:
+      description:
+        - Set when the journal no longer held the entry at O(cursor) (rotated or vacuumed away before the
+          call): the entries that followed it may have been lost. Null otherwise.
       type: str
       returned: always
     last_realtime:
@@ -206,51 +191,114 @@ watched:
   type: float
 """
 
+import os  # noqa: E402
 import time  # noqa: E402
 import typing as t  # noqa: E402
+from collections import deque  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, identity, is_invocation_id, unit_name, unit_state  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
+    JournalFollower,
+    SystemdError,
+    identity,
+    is_invocation_id,
+    message_text,
+    unit_name,
+    unit_state,
+)
 
-PHASE_CHOICES = ["starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready"]
-STEP = 0.5
-JOURNALD_LAG = 0.3
-HEALTH_PHASES = ("warming_up", "ready")
+STEP = 0.25  # how often the unit's main process is looked at while the journal is quiet
+UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main process is gone)
+JOURNALD_LAG = 0.3  # a dying process's last lines reach the journal a moment after it exits
+TRACEBACK_SETTLE = 0.8  # an open traceback is given this long to be written whole
+FATAL_SETTLE = 0.3  # after a fatal line, the other ranks' copies follow within this
 
 
 def argument_spec() -> dict[str, t.Any]:
-    return {
-        "unit": {"type": "str", "default": "sglang.service"},
-        "invocation_id": {"type": "str"},
-        "cursor": {"type": "str", "no_log": False},
-        "line_offset": {"type": "int", "default": 0},
-        "phase": {"type": "str", "default": "starting", "choices": PHASE_CHOICES},
-        "watch": {"type": "float", "default": 0},
-        "health_url": {"type": "str"},
-        "health_timeout": {"type": "float", "default": 30},
-        "health_early": {"type": "bool", "default": True},
-        "api_key": {"type": "str", "no_log": True},
-        "validate_certs": {"type": "bool", "default": True},
-        "hold_traceback": {"type": "bool", "default": True},
-        "tail_lines": {"type": "int", "default": 0},
-        "engine": {"type": "str", "default": "auto", "choices": ["auto", "sglang", "vllm"]},
-        "extra_rules": {"type": "list", "elements": "dict", "default": []},
-        "disabled_rules": {"type": "list", "elements": "str", "default": []},
-        "strict": {"type": "bool", "default": False},
-    }
+    spec = merged(UNIT_OPTIONS, HEALTH_OPTIONS, CLASSIFIER_OPTIONS)
+    spec["health_url"] = {"type": "str"}
+    spec.update(
+        invocation_id={"type": "str"},
+        cursor={"type": "str", "no_log": False},
+        line_offset={"type": "int", "default": 0},
+        phase={"type": "str", "default": "starting", "choices": list(PHASES)},
+        watch={"type": "float", "default": 0},
+        health_early={"type": "bool", "default": True},
+        tail_lines={"type": "int", "default": 0},
+    )
+    return spec
 
 
-def _matters(slice_: JournalSlice, known_phase: str, first: dict[str, t.Any], state: dict[str, t.Any]) -> bool:
-    scanner = slice_.scanner
-    if scanner.counts.get("fatal", 0) or slice_.traceback_open or scanner.ready_line is not None:
-        return True
-    if scanner.phases and phase_index(scanner.phase) > phase_index(known_phase):
-        return True
-    return identity(state) != identity(first)
+class Watch:
+    """One call's look at the unit: the journal followed, the unit's state kept current."""
+
+    def __init__(self, module: AnsibleModule, unit: str, scanner: Scanner, tail_lines: int) -> None:
+        self.module = module
+        self.unit = unit
+        self.scanner = scanner
+        self.systemctl = module.get_bin_path("systemctl", required=True)
+        self.first = self.state = unit_state(unit, systemctl=self.systemctl)
+        self.state_at = time.monotonic()
+        self.tail: deque[str] = deque(maxlen=max(tail_lines, 1))
+        self.tail_lines = tail_lines
+
+    def refresh(self, force: bool = False) -> None:
+        pid = int(self.state.get("MainPID") or 0)
+        gone = pid <= 0 or not os.path.exists(f"/proc/{pid}")
+        if force or gone or time.monotonic() - self.state_at >= UNIT_EVERY:
+            self.state = unit_state(self.unit, systemctl=self.systemctl)
+            self.state_at = time.monotonic()
+
+    def feed(self, records: t.Iterable[dict[str, t.Any]]) -> None:
+        for record in records:
+            self.scanner.feed_records((record,))
+            if self.tail_lines > 0:
+                self.tail.append(message_text(record))
+
+    @property
+    def changed(self) -> bool:
+        return identity(self.state) != identity(self.first)
+
+
+def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) -> None:
+    """Read the journal until something matters or the watch window ends; an open traceback and a
+    fresh fatal line get a moment to be written whole."""
+    scanner = watch.scanner
+    deadline = time.monotonic() + params["watch"]
+    known = phase_index(params["phase"])
+    settle_until: float | None = None
+    watch.feed(follower.catch_up())
+    while True:
+        now = time.monotonic()
+        wait = min(STEP, max(deadline - now, 0.0)) if settle_until is None else max(min(STEP, settle_until - now), 0.0)
+        watch.feed(follower.poll(wait))
+        watch.refresh()
+        now = time.monotonic()
+        if watch.changed:
+            time.sleep(JOURNALD_LAG)
+            watch.feed(follower.poll(0))
+            return
+        if scanner.open_traceback is not None:
+            settle_until = settle_until or now + TRACEBACK_SETTLE
+        elif scanner.counts.get("fatal", 0):
+            settle_until = min(settle_until or now + FATAL_SETTLE, now + FATAL_SETTLE)
+        if settle_until is not None:
+            if now >= settle_until:
+                return
+            continue
+        phase = phase_index(scanner.phase) if scanner.phases else -1
+        if scanner.ready_line is not None or phase > known:
+            return
+        if params["health_url"] and params["health_early"] and max(known, phase) >= phase_index("warming_up"):
+            return
+        if now >= deadline:
+            return
 
 
 def main() -> None:
@@ -266,52 +314,32 @@ def main() -> None:
         module.fail_json(msg=f"invocation_id {params['invocation_id']!r} is not 32 hexadecimal digits")
     if params["watch"] < 0 or params["health_timeout"] <= 0:
         module.fail_json(msg="watch must be >= 0 and health_timeout > 0")
-    systemctl = module.get_bin_path("systemctl", required=True)
     journalctl = module.get_bin_path("journalctl", required=True)
-
-    def make_scanner() -> Scanner:
-        return Scanner(rules, strict=params["strict"], line_offset=params["line_offset"])
-
+    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"])
+    follower = None
     try:
-        first = state = unit_state(unit, systemctl=systemctl)
-        invocation = params["invocation_id"] or state.get("InvocationID") or None
-        slice_ = JournalSlice(make_scanner, unit, invocation, params["cursor"], tail_lines=params["tail_lines"], journalctl=journalctl)
+        watch = Watch(module, unit, scanner, params["tail_lines"])
+        invocation = params["invocation_id"] or watch.state.get("InvocationID") or None
         if invocation:
-            slice_.read()
-        deadline = started + params["watch"]
-        while invocation and not _matters(slice_, params["phase"], first, state):
-            known = max(phase_index(params["phase"]), phase_index(slice_.scanner.phase))
-            if params["health_url"] and params["health_early"] and known >= phase_index("warming_up"):
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            time.sleep(min(STEP, remaining))
-            slice_.read()
-            state = unit_state(unit, systemctl=systemctl)
-        if invocation and identity(state) != identity(first):
-            # the process may have written its last lines just before it died: let journald store them
-            time.sleep(JOURNALD_LAG)
-            slice_.read()
+            with JournalFollower(unit, invocation, params["cursor"], journalctl) as follower:
+                follow(watch, follower, params)
         watched = round(time.monotonic() - started, 3)
-        pending = slice_.pending_header
-        hold = params["hold_traceback"] and state.get("ActiveState") == "active"
-        report, cursor = slice_.finish(hold_traceback=hold)
+        report = scanner.finish()
         health = None
         if params["health_url"]:
-            health = probe(params["health_url"], params["health_timeout"], params["api_key"], params["validate_certs"])
-            state = unit_state(unit, systemctl=systemctl)
+            health = probe(params["health_url"], params["health_timeout"], params["validate_certs"])
+            watch.refresh(force=True)
     except (SystemdError, HealthURLError) as exc:
         module.fail_json(msg=str(exc))
 
-    report["cursor"] = cursor
-    report["records"] = slice_.records
+    report["cursor"] = follower.cursor if follower else params["cursor"]
+    report["records"] = follower.count if follower else 0
     report["invocation_id"] = invocation
-    report["pending_traceback"] = pending if hold else None
-    report["last_realtime"] = slice_.realtime
+    report["last_realtime"] = follower.realtime if follower else None
+    report["gap"] = follower.gap if follower else None
     if params["tail_lines"] > 0:
-        report["tail"] = list(slice_.tail)[-params["tail_lines"] :]
-    module.exit_json(changed=False, unit=state, journal=report, health=health, watched=watched)
+        report["tail"] = list(watch.tail)
+    module.exit_json(changed=False, unit=watch.state, journal=report, health=health, watched=watched)
 
 
 if __name__ == "__main__":

@@ -14,22 +14,25 @@ description:
   - B(Passes) when the unit is active, the health endpoint answered HTTP 200 to O(health_successes) probes in a row,
     the ready marker is in this invocation's journal, nothing fatal was logged, and the unit stays healthy (active,
     same C(MainPID), C(InvocationID) and C(NRestarts), health still 200, no fatal line) through a post-ready O(soak).
-  - B(Fails fast) with a reason, a message and the evidence when a fatal line appears in the journal (read again
-    whole a moment later, so tracebacks are complete and events are deduplicated across ranks), when the unit fails,
-    stops or is restarted by systemd, when no progress is seen within the stall limit of the current phase, or when
-    the O(budget) is spent.
+  - B(Fails fast) with a reason, a message and the evidence when a fatal line appears in the journal (a traceback is
+    given a moment on the managed host to be written whole, and the other ranks' copies of a fatal line a moment to
+    follow, so events are complete and deduplicated across ranks), when the unit fails, stops or is restarted by
+    systemd, when no progress is seen within the stall limit of the current phase, or when the O(budget) is spent.
+  - The decisions are made by a state machine on the controller from each probe's observations (unit state,
+    the journal read since the last probe, health); the health endpoint is probed without credentials.
   - Runs on the controller and calls M(inferops.runbooks.service_probe) on the managed host in a loop; each call
     long-polls the journal and the unit's state for up to O(poll_interval) seconds, so a fatal line is seen within
     about a second while the wait costs one connection round trip every few seconds.
   - Prints one line per host whenever the state changes and at least every O(heartbeat) seconds, so that long waits
     are never silent (AWX and other job runners do not take them for hung jobs).
-  - Survives a dropped SSH connection; the connection is reset and the probe retried, up to O(connection_retries) times
-    in a row.
+  - Survives a dropped SSH connection; the connection is reset and the probe retried after an exponential backoff with
+    jitter (bounded by the remaining budget), up to O(connection_retries) times in a row.
   - Never restarts or changes anything itself; restart the unit first (for example with M(ansible.builtin.systemd_service)).
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.classifier
+  - inferops.runbooks.classifier.health
 attributes:
   action:
     support: full
@@ -53,35 +56,6 @@ options:
       - The systemd unit of the server; C(.service) is added to a name without a unit suffix.
     type: str
     default: sglang.service
-  health_url:
-    description:
-      - The health endpoint, probed from the managed host (so a server bound to 127.0.0.1 works).
-      - Use an endpoint that proves the server generates (SGLang's C(/health_generate) or C(/health));
-        C(/v1/models) and C(/model_info) answer 200 before the server can generate.
-      - A refused connection during the cold start is normal, not a failure.
-    type: str
-    default: http://127.0.0.1:30000/health_generate
-  health_timeout:
-    description:
-      - Seconds to wait for one health answer. SGLang's can take up to 20 s, so keep this above that.
-    type: float
-    default: 30
-  api_key:
-    description:
-      - Sent in an C(Authorization) header as a C(Bearer) token with the health probe, for servers that protect it.
-    type: str
-  validate_certs:
-    description:
-      - Check the certificate of an C(https) health endpoint.
-    type: bool
-    default: true
-  engine:
-    description:
-      - Which inference engine wrote the journal, to choose the shipped rule packs.
-      - V(auto) uses the rules of every engine.
-    type: str
-    choices: [auto, sglang, vllm]
-    default: sglang
   budget:
     description:
       - Seconds the whole wait may take, soak included. When it is spent the task fails with reason
@@ -136,13 +110,15 @@ options:
   connection_retries:
     description:
       - How many times in a row a probe may fail on a lost connection (the connection is reset and the probe
-        retried after a short pause) before the wait fails with reason V(unreachable).
+        retried after 1, 2, 4, ... up to 10 seconds, with jitter) before the wait fails with reason V(unreachable).
     type: int
     default: 5
 notes:
   - Reasons (RV(reason)) are V(ready) on success, and on failure V(fatal_log) (a fatal line, or with O(strict) an
     unrecognised one), V(unit_failed), V(unit_inactive), V(restarted), V(stalled), V(budget_exhausted),
-    V(health_never_passed), V(soak_failed) (including a fatal line during the soak), V(unreachable) or V(probe_failed).
+    V(health_never_passed), V(soak_failed) (including a fatal line during the soak), V(journal_gap) (with O(strict),
+    journal entries were rotated or vacuumed away before they were read), V(unreachable), V(probe_failed),
+    and before anything is probed V(invalid_options) or V(invalid_rules).
 seealso:
   - module: inferops.runbooks.service_probe
   - module: inferops.runbooks.journal_scan
@@ -264,8 +240,15 @@ probes:
   description: The number of probes made.
   returned: always
   type: int
+journal_gaps:
+  description:
+    - One entry per gap found in the invocation's journal (entries rotated or vacuumed away before they were read):
+      the lines in between are missing from the evidence. With O(strict) a gap fails the wait.
+  returned: always
+  type: list
+  elements: str
 detected:
-  description: Seconds after the wait began when the failure was seen (before the last read of the journal).
+  description: Seconds after the wait began when the failure was decided.
   returned: when the wait failed
   type: float
 last_lines:

@@ -1,5 +1,5 @@
 """The pure parts of the target-side modules: systemctl show parsing, journalctl arguments and
-streaming, traceback holding, report merging, and the health probe against a real HTTP server."""
+streaming and following, report merging, and the health probe against a real HTTP server."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._classifier impo
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe, split_url
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import merge_reports
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (
+    JournalFollower,
     JournalReader,
     JournalSlice,
     SystemdError,
@@ -76,8 +77,8 @@ def test_unit_name_and_journal_command() -> None:
 
 
 def test_message_text() -> None:
-    assert message_text(list(b"Loading  10%\rLoading  20%\r")) == "Loading  20%"
-    assert message_text("plain ") == "plain" and message_text(None) == ""
+    assert message_text({"MESSAGE": list(b"Loading  10%\rLoading  20%\r")}) == "Loading  20%"
+    assert message_text({"MESSAGE": "plain "}) == "plain" and message_text({"MESSAGE": None}) == "" and message_text({}) == ""
 
 
 # -- a stand-in journalctl: records from a JSON file, honouring --after-cursor -------------------
@@ -141,25 +142,86 @@ TRACEBACK_LINES = [
 ]
 
 
-def test_slice_holds_an_open_traceback_for_the_next_read(fake_journal: tuple[Path, Path]) -> None:
+def test_slice_reads_into_one_scanner_and_keeps_the_tail(fake_journal: tuple[Path, Path]) -> None:
     script, data = fake_journal
-    rules = load_rules("sglang")
-    data.write_text(json.dumps(records_of(TRACEBACK_LINES)))
-    first = JournalSlice(lambda: Scanner(rules), "sglang", INVOCATION, popen=popen_with(script, data))
-    first.read()
-    assert first.traceback_open and "Traceback" in (first.pending_header or "")
-    report, cursor = first.finish(hold_traceback=True)
-    assert cursor == "c0" and report["lines"] == 1 and not report["fatal"]
-    # the traceback ends: the next slice, from the held cursor, reads it whole
-    data.write_text(json.dumps(records_of([*TRACEBACK_LINES, "torch.OutOfMemoryError: CUDA out of memory.", "[2025-03-08 12:29:23] Received sigquit"])))
-    second = JournalSlice(lambda: Scanner(rules, line_offset=report["lines"]), "sglang", INVOCATION, cursor, popen=popen_with(script, data))
-    second.read()
-    delta, cursor = second.finish(hold_traceback=True)
-    assert cursor == "c5"
-    total = merge_reports(report, delta)
-    assert total["lines"] == 6
-    oom = [event for event in total["fatal"] if "CUDA out of memory" in event["message"]]
-    assert oom and oom[0]["traceback"][0].endswith("Traceback (most recent call last):") and oom[0]["first_line"] == 2
+    lines = [*TRACEBACK_LINES, "torch.OutOfMemoryError: CUDA out of memory.", "[2025-03-08 12:29:23] Received sigquit"]
+    data.write_text(json.dumps(records_of(lines)))
+    scanner = Scanner(load_rules("sglang"))
+    slice_ = JournalSlice(scanner, "sglang", INVOCATION, "c0", tail_lines=2, popen=popen_with(script, data))
+    assert slice_.read() == 5 and slice_.cursor == "c5" and slice_.records == 5
+    assert list(slice_.tail) == lines[-2:]
+    report = scanner.finish()
+    oom = [event for event in report["fatal"] if "CUDA out of memory" in event["message"]]
+    assert oom and oom[0]["traceback"][0].endswith("Traceback (most recent call last):") and oom[0]["first_line"] == 1
+
+
+# A stand-in journalctl for the follower: records from the JSON-lines file in $FAKE_JOURNAL, honouring
+# --cursor (start at), --after-cursor (start after) and --follow (then print what is appended).
+FOLLOWING_JOURNALCTL = textwrap.dedent(
+    """\
+    #!{python}
+    import json, os, sys, time
+    def records():
+        with open(os.environ["FAKE_JOURNAL"]) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    args = sys.argv[1:]
+    at = [a.split("=", 1)[1] for a in args if a.startswith("--cursor=")]
+    after = [a.split("=", 1)[1] for a in args if a.startswith("--after-cursor=")]
+    cursors = [r["__CURSOR"] for r in records()]
+    start = 0
+    if at:
+        start = cursors.index(at[0]) if at[0] in cursors else len([c for c in cursors if c < at[0]])
+    if after:
+        start = cursors.index(after[0]) + 1
+    printed = start
+    while True:
+        now = records()
+        for record in now[printed:]:
+            print(json.dumps(record), flush=True)
+        printed = len(now)
+        if "--follow" not in args:
+            break
+        time.sleep(0.02)
+    """
+)
+
+
+@pytest.fixture
+def following_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    script = tmp_path / "journalctl"
+    script.write_text(FOLLOWING_JOURNALCTL.format(python=sys.executable))
+    script.chmod(0o755)
+    data = tmp_path / "journal.jsonl"
+    monkeypatch.setenv("FAKE_JOURNAL", str(data))
+    return script, data
+
+
+def write_records(data: Path, records: list[dict[str, Any]]) -> None:
+    data.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def test_follower_catches_up_after_the_cursor_then_follows(following_journal: tuple[Path, Path]) -> None:
+    script, data = following_journal
+    records = records_of(["one", "two", "three", "four"])
+    write_records(data, records[:3])
+    with JournalFollower("sglang", INVOCATION, "c0", journalctl=str(script)) as follower:
+        assert [record["MESSAGE"] for record in follower.catch_up()] == ["two", "three"]
+        assert follower.gap is None and follower.cursor == "c2"
+        assert follower.poll(0.05) == []
+        write_records(data, records)
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            seen = follower.poll(0.5)
+        assert [record["MESSAGE"] for record in seen] == ["four"] and follower.cursor == "c3" and follower.count == 3
+
+
+def test_follower_reports_a_gap_when_the_cursor_entry_is_gone(following_journal: tuple[Path, Path]) -> None:
+    script, data = following_journal
+    write_records(data, records_of(["one", "two", "three"])[2:])  # c0 and c1 were vacuumed away
+    with JournalFollower("sglang", INVOCATION, "c1", journalctl=str(script)) as follower:
+        assert [record["MESSAGE"] for record in follower.catch_up()] == ["three"]
+        assert follower.gap and "vacuumed" in follower.gap
 
 
 def test_merge_reports_adds_counts_and_unites_ranks() -> None:
@@ -234,9 +296,9 @@ def test_health_slow_answer_times_out_but_the_server_is_up(server: str) -> None:
     assert probe(server + "/slow", timeout=5)["status"] == 200
 
 
-def test_health_sends_the_api_key(server: str) -> None:
+def test_health_never_sends_credentials(server: str) -> None:
+    """The server behind /auth accepts the key: the probe must not offer one, whatever the URL."""
     assert probe(server + "/auth", timeout=2)["status"] == 401
-    assert probe(server + "/auth", timeout=2, api_key="s3cret")["status"] == 200
 
 
 def test_health_url_checks() -> None:

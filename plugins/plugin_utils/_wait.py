@@ -1,0 +1,507 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The wait through a cold start, as a state machine: observations in, the next probe or a verdict out.
+
+Standard library only, no Ansible imports, no I/O: the clock, the sleep, the probe and the display
+are passed in (``run_wait``), so every decision is unit-tested with fixture observations.
+
+One observation is one ``service_probe`` result: the unit's state, the journal slice read since
+the last one (already classified on the target), and an optional health probe. The wait folds it
+into its state (the merged report, the health streak, the progress clock) and decides, in this
+order: the watched start was replaced (``restarted``), a fatal line (``fatal_log``, or
+``soak_failed`` after the gates opened), the unit failed or stopped, the soak, a stall, the gates
+(the ready marker, K consecutive health successes), the pass, and the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import typing as t
+from collections import deque
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import identity
+from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult, ProbeResult, Reason, Report, UnitState
+
+SWITCH_LIMIT = 30.0  # how long a restarted unit may keep its old invocation before the restart counts as lost
+SWITCH_PAUSE = 0.5
+HEALTH_PAUSE = 1.0  # between health probes, so that a probe returning at once does not hammer the server
+TAIL_LINES = 20
+HISTORY_MAX = 50
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The wait's options (see the wait_ready module documentation)."""
+
+    unit: str = "sglang.service"
+    host: str = "host"
+    budget: float = 3600.0
+    stall_limit: float = 900.0
+    stall_limits: t.Mapping[str, float] = dataclasses.field(default_factory=dict)
+    health_successes: int = 2
+    health_timeout: float = 30.0
+    soak: float = 10.0
+    poll_interval: float = 5.0
+    heartbeat: float = 30.0
+    strict: bool = False
+    connection_retries: int = 5
+    invocation_id: str | None = None
+    previous_invocation_id: str | None = None
+
+    @classmethod
+    def from_args(cls, args: t.Mapping[str, t.Any], host: str) -> Settings:
+        names = {field.name for field in dataclasses.fields(cls)}
+        values = {name: args[name] for name in names if name in args and args[name] is not None}
+        values["stall_limits"] = {phase: float(limit) for phase, limit in (args.get("stall_limits") or {}).items()}
+        return cls(host=host, **values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """The next service_probe call: how long it may watch, whether it probes health, what it reads."""
+
+    watch: float
+    health: bool = True
+    health_early: bool = True
+    health_timeout: float | None = None
+    pause: float = 0.0  # sleep this long before the call
+    reset_connection: bool = False
+    pinning: bool = False  # the first look: which invocation to watch
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    verdict: t.Literal["pass", "fail"]
+    reason: Reason
+    msg: str
+
+
+Step = t.Union[Probe, Outcome]
+
+
+def human(seconds: float) -> str:
+    """``2m10s``, ``45s``, ``1h02m``."""
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def health_text(health: t.Mapping[str, t.Any] | None) -> str:
+    if not health:
+        return "health not probed"
+    if health.get("status") is not None:
+        return f"health {health['status']}"
+    return f"health: {health.get('error') or 'no answer'}"
+
+
+class _Failed(Exception):
+    def __init__(self, reason: Reason, msg: str) -> None:
+        super().__init__(msg)
+        self.reason: Reason = reason
+        self.msg = msg
+
+
+class Wait:
+    """One host's wait. Call ``begin`` once, then ``observe`` with each probe's result (or
+    ``connection_lost`` / ``probe_failed``) until an ``Outcome`` comes back; ``result`` is the
+    wait's whole account. ``messages`` collects the progress lines to show."""
+
+    def __init__(self, settings: Settings, now: float, rng: t.Callable[[], float] = random.random) -> None:
+        self.settings = settings
+        self.started = now
+        self.now = now
+        self.rng = rng
+        self.invocation_id = settings.invocation_id
+        self.total: Report = t.cast(Report, empty_report(settings.strict))
+        self.cursor: str | None = None
+        self.baseline: UnitState | None = None
+        self.state: UnitState = t.cast(UnitState, {})
+        self.health: HealthResult | None = None
+        self.history: list[dict[str, t.Any]] = []
+        self.ever_up = False
+        self.streak = 0
+        self.timeline: list[dict[str, t.Any]] = []
+        self.progress_mark: tuple[t.Any, ...] | None = None
+        self.progress_at = now
+        self.soak_started: float | None = None
+        self.soak_identity: tuple[t.Any, ...] | None = None
+        self.pinned = False
+        self.probes = 0
+        self.failures = 0  # connection failures in a row
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.gaps: list[str] = []
+        self.messages: list[str] = []
+        self.outcome: Outcome | None = None
+        self.detected: float | None = None
+        self._last_status: str | None = None
+        self._last_shown = float("-inf")
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def elapsed(self, now: float | None = None) -> float:
+        return (self.now if now is None else now) - self.started
+
+    def remaining(self) -> float:
+        return self.settings.budget - self.elapsed()
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    def begin(self) -> Probe:
+        return Probe(watch=0.0, health=False, pinning=True)
+
+    def observe(self, result: ProbeResult, now: float) -> Step:
+        self.now = now
+        self.probes += 1
+        self.failures = 0
+        try:
+            if not self.pinned:
+                waiting = self._pin(result)
+                if waiting is not None:
+                    return waiting
+            self._absorb(result)
+            self._check()
+            if self._passed():
+                return self._end(Outcome("pass", "ready", self._pass_message()))
+            if self.remaining() <= 0:
+                self._out_of_budget()
+        except _Failed as failure:
+            return self._end(Outcome("fail", failure.reason, failure.msg))
+        return self._next_probe()
+
+    def connection_lost(self, problem: str, now: float) -> Step:
+        """The probe could not reach the host: retry after an exponential backoff with jitter,
+        within the budget, with a fresh connection; give up after ``connection_retries`` in a row."""
+        self.now = now
+        self.failures += 1
+        retries = self.settings.connection_retries
+        if self.failures > retries:
+            return self._end(Outcome("fail", "unreachable", f"lost the connection to {self.settings.host} {self.failures} times in a row: {problem}"))
+        delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (self.failures - 1)) * (0.5 + self.rng() / 2)
+        if self.remaining() <= 0:
+            return self._end(Outcome("fail", "unreachable", f"lost the connection to {self.settings.host} as the budget ran out: {problem}"))
+        delay = min(delay, max(self.remaining(), 0.0))
+        self._show(f"connection lost ({problem.strip()[:120]}), retry {self.failures}/{retries} in {delay:.1f}s", force=True)
+        return Probe(watch=0.0 if not self.pinned else self._window(), health=self.pinned, pause=delay, reset_connection=True, pinning=not self.pinned)
+
+    def probe_failed(self, msg: str, now: float) -> Outcome:
+        self.now = now
+        return self._end(Outcome("fail", "probe_failed", f"service_probe failed on {self.settings.host}: {msg}"))
+
+    # -- which start to watch --------------------------------------------------------------------
+
+    def _pin(self, result: ProbeResult) -> Probe | None:
+        """The given invocation, or the unit's current one; after a restart (``previous_invocation_id``)
+        wait until the unit runs a new one."""
+        state = result["unit"]
+        current = state.get("InvocationID") or ""
+        previous = self.settings.previous_invocation_id
+        self.state = state
+        if self.invocation_id is None and previous and current == previous:
+            if self.elapsed() > min(SWITCH_LIMIT, self.settings.budget):
+                reason: Reason = "unit_inactive" if state.get("ActiveState") != "active" else "restarted"
+                raise _Failed(reason, f"{self.settings.unit} still runs invocation {previous} after {human(self.elapsed())}: the restart did not happen")
+            return Probe(watch=0.0, health=False, pause=SWITCH_PAUSE, pinning=True)
+        if self.invocation_id is None:
+            if not current:
+                raise _Failed("unit_inactive", f"{self.settings.unit} has never run (no InvocationID; ActiveState={state.get('ActiveState')})")
+            self.invocation_id = current
+        self.baseline = state if current == self.invocation_id else None
+        self.pinned = True
+        return None
+
+    # -- folding an observation in ---------------------------------------------------------------
+
+    def _absorb(self, result: ProbeResult) -> None:
+        self.state = result["unit"]
+        journal = result["journal"]
+        if journal.get("invocation_id") == self.invocation_id:
+            self.total = t.cast(Report, merge_reports(self.total, journal))
+            self.cursor = journal.get("cursor") or self.cursor
+            self.tail.extend(journal.get("tail") or [])
+            gap = journal.get("gap")
+            if gap:
+                self.gaps.append(gap)
+                self._show(f"journal gap: {gap}", force=True)
+        self._note_phase()
+        self._note_progress()
+        if result.get("health") is not None:
+            self._note_health(t.cast(HealthResult, result["health"]))
+        self._show(self._status())
+
+    def _note_phase(self) -> None:
+        phase = self.total["phase"]
+        if self.timeline and self.timeline[-1]["phase"] == phase:
+            return
+        at = round(self.elapsed(), 1)
+        if self.timeline:
+            self.timeline[-1]["duration"] = round(at - self.timeline[-1]["started"], 1)
+        self.timeline.append({"phase": phase, "started": at, "duration": None})
+
+    def _note_progress(self) -> None:
+        counts = self.total.get("counts") or {}
+        progress = self.total.get("progress") or {}
+        mark = (self.total["phase"], counts.get("progress", 0), counts.get("ready", 0), progress.get("done"), progress.get("percent"))
+        if mark != self.progress_mark:
+            self.progress_mark = mark
+            self.progress_at = self.now
+
+    def _note_health(self, health: HealthResult) -> None:
+        self.health = health
+        self.ever_up = self.ever_up or bool(health.get("up"))
+        status = health.get("status")
+        self.streak = self.streak + 1 if status == 200 else 0
+        label = status if status is not None else (health.get("error") or "no answer")
+        if not self.history or self.history[-1]["status"] != label:
+            self.history.append({"status": label, "at": round(self.elapsed(), 1)})
+            del self.history[:-HISTORY_MAX]
+
+    # -- the decisions ---------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        self._check_same_start()
+        self._check_journal()
+        self._check_unit()
+        if self.soak_started is not None:
+            self._check_soak()
+            return
+        self._check_stall()
+        if self._gates_open():
+            self.soak_started = self.now
+            self.soak_identity = self._identity()
+            self._show(self._status(), force=True)
+
+    def _check_same_start(self) -> None:
+        state, base, unit = self.state, self.baseline, self.settings.unit
+        restarts = int(state.get("NRestarts") or 0) - int(base.get("NRestarts") or 0) if base else 0
+        if state.get("InvocationID") != self.invocation_id or restarts > 0:
+            before = f"{base.get('NRestarts')} -> " if base else "now "
+            raise _Failed(
+                "restarted",
+                f"{unit} was restarted during the start (InvocationID {self.invocation_id} -> {state.get('InvocationID') or 'none'}, "
+                f"NRestarts {before}{state.get('NRestarts')}): the start is lost",
+            )
+        if base and base.get("MainPID") and state.get("MainPID") and state.get("MainPID") != base.get("MainPID"):
+            raise _Failed("restarted", f"{unit}'s main process changed ({base.get('MainPID')} -> {state.get('MainPID')}) during the start")
+
+    def _check_journal(self) -> None:
+        unit = self.settings.unit
+        if self.total["fatal"]:
+            first = self.total["fatal"][0]
+            reason: Reason = "soak_failed" if self.soak_started is not None else "fatal_log"
+            raise _Failed(reason, f"fatal line in {unit}'s journal: {str(first.get('message', ''))[:300]}")
+        if self.settings.strict and self.total["unrecognized"]:
+            first = self.total["unrecognized"][0]
+            raise _Failed("fatal_log", f"strict mode: unrecognized line in {unit}'s journal: {str(first.get('message', ''))[:300]}")
+        if self.settings.strict and self.gaps:
+            raise _Failed("journal_gap", f"strict mode: {unit}'s journal has a gap: {self.gaps[0]}")
+
+    def _check_unit(self) -> None:
+        state, unit = self.state, self.settings.unit
+        active, sub = state.get("ActiveState"), state.get("SubState")
+        how = f"Result={state.get('Result')}, ExecMainCode={state.get('ExecMainCode')}, ExecMainStatus={state.get('ExecMainStatus')}"
+        if active == "failed":
+            raise _Failed("unit_failed", f"{unit} failed ({how})")
+        if sub == "auto-restart":
+            raise _Failed("unit_failed", f"{unit}'s main process exited ({how}); systemd is about to restart it")
+        if active in ("inactive", "deactivating"):
+            raise _Failed("unit_inactive", f"{unit} is {active} ({sub}; {how}): it was stopped or exited")
+
+    def _check_soak(self) -> None:
+        if self._identity() != self.soak_identity:
+            raise _Failed("soak_failed", f"{self.settings.unit} changed during the post-ready soak: {self._identity()} (was {self.soak_identity})")
+        if self._health_status() != 200:
+            raise _Failed("soak_failed", f"{health_text(self.health)} during the post-ready soak (after {human(self.now - (self.soak_started or 0))})")
+
+    def _check_stall(self) -> None:
+        limit = self.stall_limit()
+        quiet = self.now - self.progress_at
+        if limit is not None and quiet > limit:
+            phase = self.total["phase"].replace("_", " ")
+            raise _Failed("stalled", f"no progress in phase {phase} for {human(quiet)} (stall limit {human(limit)})")
+
+    def _gates_open(self) -> bool:
+        return (
+            self.state.get("ActiveState") == "active"
+            and bool(self.total["ready"])
+            and self.streak >= self.settings.health_successes
+            and not self.total["fatal"]
+        )
+
+    def _passed(self) -> bool:
+        if self.soak_started is None:
+            return False
+        return self.now - self.soak_started >= self.settings.soak and self._health_status() == 200
+
+    def _out_of_budget(self) -> t.NoReturn:
+        budget, spent = human(self.settings.budget), human(self.elapsed())
+        if self.total["ready"] or self.ever_up:
+            raise _Failed(
+                "health_never_passed",
+                f"budget of {budget} spent ({spent}): the server answered HTTP but health never passed "
+                f"({self.streak}/{self.settings.health_successes} successes; last {health_text(self.health)})",
+            )
+        raise _Failed("budget_exhausted", f"budget of {budget} spent ({spent}) in phase {self.total['phase'].replace('_', ' ')}")
+
+    def _health_status(self) -> int | None:
+        return self.health["status"] if self.health else None
+
+    def _identity(self) -> tuple[t.Any, ...]:
+        return identity(self.state)
+
+    def stall_limit(self) -> float | None:
+        phase = self.total["phase"]
+        if phase in self.settings.stall_limits:
+            return self.settings.stall_limits[phase]
+        if phase == "ready":
+            return None  # the marker is in: waiting for health is the budget's business
+        return self.settings.stall_limit
+
+    # -- the next probe --------------------------------------------------------------------------
+
+    def _next_probe(self) -> Probe:
+        warm = phase_index(self.total["phase"]) >= phase_index("warming_up")
+        pause = min(HEALTH_PAUSE, max(self.remaining(), 0.0)) if warm and self.soak_started is None else 0.0
+        timeout = max(1.0, min(self.settings.health_timeout, self.remaining() + 1.0))
+        return Probe(watch=self._window(pause), health=True, health_early=self.soak_started is None, health_timeout=timeout, pause=pause)
+
+    def _window(self, pause: float = 0.0) -> float:
+        """How long the next probe may watch: up to the poll interval, never past the budget, the
+        stall limit or the end of the soak."""
+        left = max(self.remaining() - pause, 0.0)
+        window = min(self.settings.poll_interval, self.settings.heartbeat, left)
+        limit = self.stall_limit()
+        if self.soak_started is not None:
+            window = min(window, max(self.settings.soak - (self.now + pause - self.soak_started), 0.0))
+        elif limit is not None:
+            window = min(window, max(limit - (self.now + pause - self.progress_at), 0.0) + 0.2)
+        return round(max(window, 0.0), 2)
+
+    # -- display ---------------------------------------------------------------------------------
+
+    def _status(self) -> str:
+        total, phase = self.total, self.total["phase"]
+        progress = total.get("progress")
+        if self.soak_started is not None:
+            return f"ready, soaking {human(self.settings.soak)} ({health_text(self.health)})"
+        if phase == "ready":
+            return f"ready marker seen, {health_text(self.health)} ({self.streak}/{self.settings.health_successes} successes)"
+        if phase == "warming_up":
+            return f"warming up, {health_text(self.health)}"
+        if progress and progress.get("phase") == phase:
+            return str(progress.get("text") or phase.replace("_", " "))
+        return phase.replace("_", " ")
+
+    def _show(self, text: str, force: bool = False) -> None:
+        """A progress line when the status changed, and at least every heartbeat."""
+        if not force and text == self._last_status and self.now - self._last_shown < self.settings.heartbeat:
+            return
+        self._last_status, self._last_shown = text, self.now
+        allowlisted = (self.total.get("counts") or {}).get("allowlisted", 0)
+        extra = f", {allowlisted} lines allowlisted" if allowlisted else ""
+        self.messages.append(f"{self.settings.host}: {self.settings.unit} {text}, {human(self.elapsed())} elapsed{extra}")
+
+    def take_messages(self) -> list[str]:
+        messages, self.messages = self.messages, []
+        return messages
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def _pass_message(self) -> str:
+        return (
+            f"{self.settings.unit} is ready after {human(self.elapsed())}: active, health passed {self.streak} times, ready marker seen, "
+            f"nothing fatal, stayed healthy through a {human(self.settings.soak)} soak"
+        )
+
+    def _end(self, outcome: Outcome) -> Outcome:
+        self.outcome = outcome
+        if outcome.verdict == "fail":
+            self.detected = round(self.elapsed(), 1)
+            self._show(f"failing ({outcome.reason}): {outcome.msg[:200]}", force=True)
+        if self.timeline and self.timeline[-1]["duration"] is None:
+            self.timeline[-1]["duration"] = round(self.elapsed() - self.timeline[-1]["started"], 1)
+        return outcome
+
+    def result(self) -> dict[str, t.Any]:
+        """The wait's account: verdict, reason, evidence, timeline, health."""
+        outcome = self.outcome or Outcome("fail", "budget_exhausted", "the wait did not end")
+        base: t.Mapping[str, t.Any] = self.baseline or {}
+        total = self.total
+        health: t.Mapping[str, t.Any] = self.health or {}
+        result: dict[str, t.Any] = {
+            "changed": False,
+            "verdict": outcome.verdict,
+            "reason": outcome.reason,
+            "msg": outcome.msg,
+            "elapsed": round(self.elapsed(), 1),
+            "timeline": self.timeline,
+            "phase": total["phase"],
+            "progress": total.get("progress"),
+            "fatal": total["fatal"],
+            "allowlisted": total["allowlisted"],
+            "unrecognized": total["unrecognized"],
+            "counts": total.get("counts") or {},
+            "stale_rules": total.get("stale_rules") or [],
+            "lines": total.get("lines", 0),
+            "journal_gaps": list(self.gaps),
+            "health": {
+                "status": health.get("status"),
+                "up": health.get("up", False),
+                "error": health.get("error"),
+                "successes": self.streak,
+                "history": self.history,
+            },
+            "invocation_id": self.invocation_id,
+            "restarts": max(int(self.state.get("NRestarts") or 0) - int(base.get("NRestarts") or 0), 0),
+            "unit": self.state,
+            "probes": self.probes,
+        }
+        if outcome.verdict == "fail":
+            result["failed"] = True
+            result["last_lines"] = list(self.tail)
+            result["detected"] = self.detected
+        return result
+
+
+class ConnectionLost(Exception):
+    """The transport could not reach the host (the probe may be retried on a new connection)."""
+
+
+class ProbeFailed(Exception):
+    """The probe ran and failed (bad arguments, systemctl missing): retrying would not help."""
+
+
+Transport = t.Callable[[Probe], ProbeResult]
+
+
+def run_wait(
+    wait: Wait,
+    transport: Transport,
+    clock: t.Callable[[], float],
+    sleep: t.Callable[[float], None],
+    show: t.Callable[[str], None],
+) -> dict[str, t.Any]:
+    """Drive a wait to its outcome: pause, probe, observe, show, until an Outcome."""
+    step: Step = wait.begin()
+    while isinstance(step, Probe):
+        if step.pause > 0:
+            sleep(step.pause)
+        try:
+            result = transport(step)
+        except ConnectionLost as exc:
+            step = wait.connection_lost(str(exc), clock())
+        except ProbeFailed as exc:
+            step = wait.probe_failed(str(exc), clock())
+        else:
+            step = wait.observe(result, clock())
+        for message in wait.take_messages():
+            show(message)
+    return wait.result()
