@@ -483,7 +483,7 @@ class Fleet:
         links = run(["ip", "-o", "link", "show"], check=False).stdout
         found += [f"link {w.rstrip(':').split('@')[0]}" for w in links.split() if w.startswith(f"ifo{self.tag}h")]
         with open("/proc/self/mounts", encoding="utf-8") as mounts:
-            found += [f"mount {ln.split()[1]}" for ln in mounts if ln.split()[1].startswith(str(self.dir))]
+            found += [f"mount {ln.split()[1]}" for ln in mounts if ln.split()[1].startswith(f"{self.dir}/")]
         propagate = NSPAWN_RUN / "propagate"
         found += [f"dir {p}" for p in propagate.glob(f"ifo{self.tag}-*")] if propagate.is_dir() else []
         cp_dir = self.dir / "ansible" / "cp"
