@@ -113,4 +113,5 @@ class ActionModule(ActionBase):
         host = str(task_vars.get("inventory_hostname", "host"))
         wait = Wait(Settings.from_args(args, host), time.monotonic())
         result.update(run_wait(wait, Transport(self, wait, args, task_vars), time.monotonic, time.sleep, display.display))
+        result["ended_at"] = round(time.time(), 3)
         return result

@@ -247,6 +247,10 @@ journal_gaps:
   returned: always
   type: list
   elements: str
+ended_at:
+  description: When the wait ended, in seconds since the epoch (to compare with journal timestamps).
+  returned: always
+  type: float
 detected:
   description: Seconds after the wait began when the failure was decided.
   returned: when the wait failed
