@@ -152,7 +152,7 @@ journal:
     gap:
       description:
         - Set when the journal no longer held the entry at O(cursor) (rotated or vacuumed away before the
-          call): the entries that followed it may have been lost. Null otherwise.
+          call), so that the entries that followed it may have been lost. Null otherwise.
       type: str
       returned: always
     last_realtime:

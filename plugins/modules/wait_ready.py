@@ -32,7 +32,7 @@ author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.classifier
-  - inferops.runbooks.classifier.health
+  - inferops.runbooks.health
 attributes:
   action:
     support: full
@@ -242,8 +242,8 @@ probes:
   type: int
 journal_gaps:
   description:
-    - One entry per gap found in the invocation's journal (entries rotated or vacuumed away before they were read):
-      the lines in between are missing from the evidence. With O(strict) a gap fails the wait.
+    - One entry per gap found in the invocation's journal (entries rotated or vacuumed away before they were read).
+    - The lines in between are missing from the evidence. With O(strict) a gap fails the wait.
   returned: always
   type: list
   elements: str
