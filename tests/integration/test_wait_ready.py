@@ -183,7 +183,8 @@ def test_bad_rule_fails_with_a_clear_message(fleet: Fleet, sim_host: str, run_pl
     fleet.set_scenario(sim_host, **FAST)
     run, result = wait(run_playbook, tmp_path, extra_rules=[{"id": "broken", "pattern": "(", "reason": "x"}])
     assert run.returncode != 0
-    assert result["reason"] == "probe_failed" and "broken" in result["msg"] and "invalid regular expression" in result["msg"], result["msg"]
+    # refused on the controller before the first probe
+    assert result["reason"] == "invalid_rules" and "broken" in result["msg"] and "invalid regular expression" in result["msg"], result["msg"]
     assert "Traceback" not in result["msg"]
 
 
@@ -193,8 +194,14 @@ def test_wait_survives_a_dropped_connection(fleet: Fleet, sim_host: str, run_pla
     control_dir = Path(fleet.ansible_env()["ANSIBLE_SSH_CONTROL_PATH_DIR"])
     cuts: list[str] = []
 
+    before = fleet.ssh(sim_host, "systemctl show -p InvocationID --value sglang.service").stdout.strip()
+
     def cut() -> None:
-        for delay in (4.0, 3.0):
+        # cut only once the playbook restarted the unit: the wait is then under way
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and fleet.ssh(sim_host, "systemctl show -p InvocationID --value sglang.service").stdout.strip() == before:
+            time.sleep(0.3)
+        for delay in (2.0, 3.0):
             time.sleep(delay)
             # end Ansible's SSH ControlMaster (the shared connection) and every session on it
             for sock in control_dir.iterdir() if control_dir.is_dir() else ():
