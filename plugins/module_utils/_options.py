@@ -10,6 +10,7 @@ one option has one type and one default everywhere; the doc fragments in
 
 from __future__ import annotations
 
+import math
 import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
@@ -77,13 +78,13 @@ def wait_option_problems(args: t.Mapping[str, t.Any]) -> list[str]:
     """What is wrong with the (type-checked) options of a wait; an empty list when nothing is."""
     problems = []
     for name in POSITIVE:
-        if name in args and not _number(args[name]) > 0:
+        if name in args and not _above(args[name], 0):
             problems.append(f"{name} must be a number of seconds > 0, got {args[name]!r}")
     for name in NOT_NEGATIVE:
-        if name in args and not _number(args[name]) >= 0:
+        if name in args and not _at_least(args[name], 0):
             problems.append(f"{name} must be a number of seconds >= 0, got {args[name]!r}")
     for name in AT_LEAST_ONE:
-        if name in args and not _number(args[name]) >= 1:
+        if name in args and not _at_least(args[name], 1):
             problems.append(f"{name} must be a whole number >= 1, got {args[name]!r}")
     problems.extend(stall_limit_problems(args.get("stall_limits")))
     return problems
@@ -98,9 +99,19 @@ def stall_limit_problems(limits: t.Any) -> list[str]:
     for phase, limit in limits.items():
         if phase not in PHASES:
             problems.append(f"stall_limits: {phase!r} is not a phase (one of {', '.join(PHASES)})")
-        elif isinstance(limit, bool) or not _number(limit) > 0:
+        elif not _above(limit, 0):
             problems.append(f"stall_limits: {phase} must be a number of seconds > 0, got {limit!r}")
     return problems
+
+
+def _above(value: t.Any, floor: float) -> bool:
+    number = _number(value)
+    return not math.isnan(number) and number > floor
+
+
+def _at_least(value: t.Any, floor: float) -> bool:
+    number = _number(value)
+    return not math.isnan(number) and number >= floor
 
 
 def _number(value: t.Any) -> float:

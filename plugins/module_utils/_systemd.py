@@ -320,13 +320,13 @@ class JournalFollower:
             argv[1:1] = ["--follow", "--no-tail"]
             self._process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         stream = self._process.stdout
-        ready, _, _ = select.select([stream], [], [], max(timeout, 0.0))
+        ready = select.select([stream], [], [], max(timeout, 0.0))[0]
         while ready:
             chunk = os.read(stream.fileno(), self.CHUNK)
             if not chunk:
                 break
             self._buffer += chunk
-            ready, _, _ = select.select([stream], [], [], 0)
+            ready = select.select([stream], [], [], 0)[0]
         lines = self._buffer.split(b"\n")
         self._buffer = lines.pop()
         return [self._take(record) for record in map(_json_record, lines) if record is not None]

@@ -56,6 +56,14 @@ options:
       - The systemd unit of the server; C(.service) is added to a name without a unit suffix.
     type: str
     default: sglang.service
+  health_url:
+    description:
+      - The health endpoint, probed from the managed host (so a server bound to 127.0.0.1 works), without credentials.
+      - A refused connection during the cold start is normal, not a failure.
+      - Use an endpoint that proves the server generates (SGLang's C(/health_generate) or C(/health); vLLM's C(/health));
+        C(/v1/models) and C(/model_info) answer 200 before the server can generate.
+    type: str
+    default: http://127.0.0.1:30000/health_generate
   budget:
     description:
       - Seconds the whole wait may take, soak included. When it is spent the task fails with reason

@@ -44,7 +44,7 @@ def transport(answer: t.Any) -> tuple[Transport, ActionStandIn, Wait]:
 
 
 def test_the_first_probe_pins_the_invocation_without_health() -> None:
-    send, action, _ = transport({"unit": {}, "journal": {}, "health": None})
+    send, action, _wait = transport({"unit": {}, "journal": {}, "health": None})
     send(Probe(watch=0.0, health=False, pinning=True))
     (call,) = action.calls
     assert call["module"] == "inferops.runbooks.service_probe" and call["watch"] == 0.0
@@ -71,13 +71,13 @@ def test_later_probes_continue_from_the_cursor_and_probe_health_without_a_key() 
     ],
 )
 def test_ansible_failures_become_the_waits(answer: t.Any, raised: type[Exception]) -> None:
-    send, _, _ = transport(answer)
+    send, _action, _wait = transport(answer)
     with pytest.raises(raised):
         send(Probe(watch=1.0))
 
 
 def test_a_retry_resets_the_connection_first() -> None:
-    send, action, _ = transport({"unit": {}, "journal": {}, "health": None})
+    send, action, _wait = transport({"unit": {}, "journal": {}, "health": None})
     send(Probe(watch=1.0, reset_connection=True))
     assert action.resets == 1 and len(action.calls) == 1
 

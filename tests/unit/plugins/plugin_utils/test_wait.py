@@ -202,7 +202,7 @@ def test_a_crash_names_the_fatal_line_even_when_the_unit_failed_in_the_same_look
 def test_no_progress_within_the_phase_stall_limit_fails_as_stalled() -> None:
     clock, target = Clock(), Target()
     wait = new_wait(clock, stall_limit=100, stall_limits={"loading_weights": 20})
-    steps = [(0.1, target.probe(0)), (5, target.probe(LOADING))] + [(5, target.probe()) for _ in range(5)]
+    steps = [(0.1, target.probe(0)), (5, target.probe(LOADING))] + [(5, target.probe()) for _step in range(5)]
     outcome = drive(wait, clock, steps)
     assert outcome.reason == "stalled" and "loading weights" in outcome.msg and "stall limit 20s" in outcome.msg
     assert 20 < clock() - wait.progress_at <= 25
@@ -236,7 +236,7 @@ def test_the_budget_ending_during_a_probe_fails_as_budget_exhausted() -> None:
 
 def test_health_that_never_passes_fails_as_health_never_passed() -> None:
     clock, target = Clock(), Target()
-    steps = [(0.1, target.probe(READY, answer=health(503)))] + [(2, target.probe(answer=health(503))) for _ in range(10)]
+    steps = [(0.1, target.probe(READY, answer=health(503)))] + [(2, target.probe(answer=health(503))) for _step in range(10)]
     outcome = drive(new_wait(clock, budget=15), clock, steps)
     assert outcome.reason == "health_never_passed" and "0/2 successes" in outcome.msg and "health 503" in outcome.msg
 
@@ -287,7 +287,7 @@ def test_a_restart_that_never_happens_fails_after_the_switch_limit() -> None:
     clock, target = Clock(), Target()
     wait = new_wait(clock, previous_invocation_id=OLD_INVOCATION)
     old = unit(InvocationID=OLD_INVOCATION)
-    outcome = drive(wait, clock, [(10, target.probe(0, state=old)) for _ in range(5)])
+    outcome = drive(wait, clock, [(10, target.probe(0, state=old)) for _step in range(5)])
     assert outcome.reason == "restarted" and "the restart did not happen" in outcome.msg
 
 
@@ -303,7 +303,7 @@ def test_a_connection_lost_and_regained_goes_on_with_backoff() -> None:
     wait.begin()
     wait.observe(target.probe(LOADING), clock())
     delays = []
-    for _ in range(3):
+    for _step in range(3):
         step = wait.connection_lost("ssh: connect to host gpu1 port 22: Connection refused", clock())
         assert isinstance(step, Probe) and step.reset_connection
         delays.append(step.pause)
@@ -330,7 +330,7 @@ def test_backoff_never_sleeps_past_the_budget() -> None:
     wait.begin()
     wait.observe(target.probe(LOADING), clock())
     clock.now += 9.5
-    for _ in range(5):
+    for _step in range(5):
         step = wait.connection_lost("reset", clock())
     assert isinstance(step, Probe) and step.pause <= 0.5
 
@@ -363,7 +363,7 @@ def test_progress_is_shown_on_change_and_at_least_every_heartbeat() -> None:
     wait.begin()
     wait.observe(target.probe(LOADING), clock())
     assert len(wait.take_messages()) == 1
-    for _ in range(5):
+    for _step in range(5):
         clock.now += 5
         wait.observe(target.probe(), clock())
     assert wait.take_messages() == [], "nothing changed within the heartbeat"
