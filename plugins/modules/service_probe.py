@@ -192,6 +192,7 @@ watched:
 """
 
 import os  # noqa: E402
+import select  # noqa: E402
 import time  # noqa: E402
 import typing as t  # noqa: E402
 from collections import deque  # noqa: E402
@@ -233,6 +234,16 @@ def argument_spec() -> dict[str, t.Any]:
         tail_lines={"type": "int", "default": 0},
     )
     return spec
+
+
+def controller_gone() -> bool:
+    """Whether whoever started this module went away (Ctrl-C on the controller, a dropped connection):
+    the pipe back to it is closed, or this process was orphaned."""
+    if os.getppid() == 1:
+        return True
+    poller = select.poll()
+    poller.register(1, select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
 
 
 class Watch:
@@ -280,6 +291,8 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) ->
         watch.feed(follower.poll(wait))
         watch.refresh()
         now = time.monotonic()
+        if controller_gone():
+            raise SystemExit(1)
         if watch.changed:
             time.sleep(JOURNALD_LAG)
             watch.feed(follower.poll(0))

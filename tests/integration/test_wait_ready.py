@@ -225,3 +225,62 @@ def fleet_ssh_exit(sock: Path) -> int:
 
     proc = subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "fleet-host"], capture_output=True, timeout=10, check=False)
     return proc.returncode
+
+
+def test_a_journal_gap_is_reported_and_fails_in_strict_mode(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+    """Entries rotated and vacuumed away before the wait read them: the wait says so (and fails when strict)."""
+    for strict in (False, True):
+        fleet.set_scenario(sim_host, SIM_SPEED="0.5", SIM_WARMUP_SECONDS="1", SIM_TP="8")
+        before = fleet.ssh(sim_host, "systemctl show -p InvocationID --value sglang.service").stdout.strip()
+
+        def vacuum(before: str = before) -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and fleet.ssh(sim_host, "systemctl show -p InvocationID --value sglang.service").stdout.strip() == before:
+                time.sleep(0.3)
+            time.sleep(3.5)
+            fleet.ssh(sim_host, "journalctl --rotate && journalctl --vacuum-files=1", check=False)
+
+        vacuumer = threading.Thread(target=vacuum, daemon=True)
+        vacuumer.start()
+        run, result = wait(run_playbook, tmp_path, budget=60, poll_interval=1, strict=strict)
+        vacuumer.join(timeout=10)
+        record(f"\njournal gap (strict={strict}): {result['reason']}; gaps {result['journal_gaps']}")
+        assert result["journal_gaps"], result
+        if strict:
+            assert result["reason"] == "journal_gap" and run.returncode != 0, result["msg"]
+        else:
+            assert result["verdict"] == "pass", result["msg"]
+
+
+def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, sim_host: str, ansible_bin: Path) -> None:
+    """Ctrl-C on the controller in the middle of a long probe: nothing is left running on the host."""
+    import os
+    import signal
+    import subprocess
+
+    fleet.set_scenario(sim_host, SIM_SCENARIO="hang", SIM_PHASE="loading_weights", **FAST)
+    env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(Path(__file__).parents[2] / "ansible.cfg")}
+    extra = json.dumps({**LIMITS, "poll_interval": 30, "stall_limit": 120, "budget": 120})
+    cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(PLAYBOOK), "--limit", sim_host, "-e", extra]
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    probes = "pgrep -f -a python3 | grep -v sglang_sim | grep -v pgrep || true"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not fleet.ssh(sim_host, probes).stdout.strip():
+            time.sleep(0.5)
+        assert fleet.ssh(sim_host, probes).stdout.strip(), "the probe never started"
+        time.sleep(2)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    stopped = time.monotonic()
+    left = fleet.ssh(sim_host, probes).stdout.strip()
+    while left and time.monotonic() - stopped < 10:
+        time.sleep(0.25)
+        left = fleet.ssh(sim_host, probes).stdout.strip()
+    record(f"\nCtrl-C during a 30 s probe: the remote probe was gone {time.monotonic() - stopped:.1f} s after the controller stopped")
+    assert not left, left
+    assert not fleet.ssh(sim_host, "pgrep -a journalctl || true").stdout.strip()
