@@ -6,19 +6,31 @@ Standard library only, no Ansible imports. The argument specs here are used by t
 (``wait_ready``), the modules (``service_probe``, ``journal_scan``) and the roles' preflight, so
 one option has one type and one default everywhere; the doc fragments in
 ``plugins/doc_fragments/`` document the same options.
+
+The roles take the same options as variables named ``<role>_<option>``; ``check_role_values``
+converts and checks all of a role's variables (types, ranges, URLs, the unit name, the rules) in
+one go on the controller, before anything on a host is touched.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import math
+import os.path
 import typing as t
+import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
+from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
 
 ENGINES = ("auto", "sglang", "vllm")
 DEFAULT_ENGINE = "sglang"
 DEFAULT_UNIT = "sglang.service"
 DEFAULT_HEALTH_URL = "http://127.0.0.1:30000/health_generate"
+DEFAULT_SMOKE_URL = "http://127.0.0.1:30000/v1/completions"
 
 Spec = t.Dict[str, t.Dict[str, t.Any]]
 
@@ -74,33 +86,38 @@ NOT_NEGATIVE = ("soak",)
 AT_LEAST_ONE = ("health_successes",)
 
 
-def wait_option_problems(args: t.Mapping[str, t.Any]) -> list[str]:
-    """What is wrong with the (type-checked) options of a wait; an empty list when nothing is."""
+def wait_option_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    """What is wrong with the (type-checked) options of a wait; an empty list when nothing is.
+
+    ``prefix`` goes before each option's name in the messages (a role's variables are
+    ``<role>_<option>``).
+    """
     problems = []
     for name in POSITIVE:
         if name in args and not _above(args[name], 0):
-            problems.append(f"{name} must be a number of seconds > 0, got {args[name]!r}")
+            problems.append(f"{prefix}{name} must be a number of seconds > 0, got {args[name]!r}")
     for name in NOT_NEGATIVE:
         if name in args and not _at_least(args[name], 0):
-            problems.append(f"{name} must be a number of seconds >= 0, got {args[name]!r}")
+            problems.append(f"{prefix}{name} must be a number of seconds >= 0, got {args[name]!r}")
     for name in AT_LEAST_ONE:
         if name in args and not _at_least(args[name], 1):
-            problems.append(f"{name} must be a whole number >= 1, got {args[name]!r}")
-    problems.extend(stall_limit_problems(args.get("stall_limits")))
+            problems.append(f"{prefix}{name} must be a whole number >= 1, got {args[name]!r}")
+    problems.extend(stall_limit_problems(args.get("stall_limits"), prefix))
     return problems
 
 
-def stall_limit_problems(limits: t.Any) -> list[str]:
+def stall_limit_problems(limits: t.Any, prefix: str = "") -> list[str]:
+    name = f"{prefix}stall_limits"
     if limits is None:
         return []
     if not isinstance(limits, t.Mapping):
-        return [f"stall_limits must be a mapping of phase to seconds, got {type(limits).__name__} {limits!r}"]
+        return [f"{name} must be a mapping of phase to seconds, got {_got(limits)}"]
     problems = []
     for phase, limit in limits.items():
         if phase not in PHASES:
-            problems.append(f"stall_limits: {phase!r} is not a phase (one of {', '.join(PHASES)})")
+            problems.append(f"{name}: {_shown(phase)} is not a phase (one of {', '.join(PHASES)})")
         elif not _above(limit, 0):
-            problems.append(f"stall_limits: {phase} must be a number of seconds > 0, got {limit!r}")
+            problems.append(f"{name}: {phase} must be a number of seconds > 0, got {_shown(limit)}")
     return problems
 
 
@@ -122,3 +139,305 @@ def _number(value: t.Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+# -- the roles' variables -------------------------------------------------------------------------
+# A role's variable is <role>_<option>. Where the wait or the probe takes the same option, the role
+# takes its declaration (type and default), so a role and the plugin it calls agree. Each role's
+# meta/argument_specs.yml documents the same options (tests/unit keeps the two equal).
+
+ROLE_ONLY_OPTIONS: Spec = {
+    "port": {"type": "int", "default": 30000},
+    "stop_first": {"type": "bool", "default": True},
+    "release_timeout": {"type": "int", "default": 120},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "smoke_test": {"type": "bool", "default": False},
+    "smoke_url": {"type": "str", "default": DEFAULT_SMOKE_URL},
+    "smoke_model": {"type": "str", "default": "default"},
+    "smoke_timeout": {"type": "int", "default": 60},
+    "report_dir": {"type": "str", "default": ""},
+    "allow_remote_health": {"type": "bool", "default": False},
+    "allow_remote_smoke": {"type": "bool", "default": False},
+}
+
+_EVERY_OPTION = merged(UNIT_OPTIONS, HEALTH_OPTIONS, CLASSIFIER_OPTIONS, WAIT_OPTIONS, ROLE_ONLY_OPTIONS)
+
+
+def _pick(*names: str) -> Spec:
+    return {name: dict(_EVERY_OPTION[name]) for name in names}
+
+
+_CLASSIFIED_LOOK = ("unit", "engine", "health_url", "health_timeout", "extra_rules", "disabled_rules", "strict")
+ROLE_SPECS: dict[str, Spec] = {
+    "sglang_restart": _pick(
+        *_CLASSIFIED_LOOK,
+        *("port", "stop_first", "release_timeout"),
+        *("budget", "stall_limit", "stall_limits", "health_successes", "soak", "poll_interval", "heartbeat"),
+        *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
+        *("report_dir", "allow_remote_health", "allow_remote_smoke"),
+    ),
+    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health"),
+}
+
+# AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
+YAML_TEXT = ("extra_rules", "stall_limits")
+COMMA_TEXT = ("disabled_rules",)
+PORTS = (1, 65535)
+# URLs that must point at the target itself: (option, the option that allows another host, why not)
+TARGET_URLS = (
+    ("health_url", "allow_remote_health", "the health gate would judge another server than the one restarted"),
+    ("smoke_url", "allow_remote_smoke", "the smoke test would test another server, and the API key would be sent to it"),
+)
+
+
+class RoleCheck(t.NamedTuple):
+    """The outcome of checking a role's variables: the values, converted, and what is wrong."""
+
+    values: dict[str, t.Any]
+    problems: list[str]
+    rule_problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.rule_problems
+
+
+def check_role_values(
+    role: str,
+    given: t.Mapping[str, t.Any],
+    target_names: t.Iterable[str] = (),
+    parse_yaml: t.Callable[[str], t.Any] = json.loads,
+    check_rules: t.Optional[t.Callable[[str, t.Sequence[t.Any], t.Sequence[str], str], list[str]]] = None,
+) -> RoleCheck:
+    """Convert and check every variable of a role; nothing is left unchecked for later.
+
+    ``given`` maps option names (without the role prefix) to the values as the role sees them;
+    missing ones take their defaults. ``target_names`` are the names and addresses of the host
+    the role runs against, for the check that the URLs point at it. ``parse_yaml`` reads the
+    options that may come as YAML text. ``check_rules`` replaces ``rule_problems`` (a caller that
+    checks many hosts with the same rules compiles them once).
+    """
+    spec = ROLE_SPECS[role]
+    prefix = f"{role}_"
+    values: dict[str, t.Any] = {}
+    problems: list[str] = []
+    for name, option in spec.items():
+        value, problem = convert(name, given.get(name, option.get("default")), option, parse_yaml)
+        if problem is None:
+            values[name] = value
+        else:
+            problems.append(f"{prefix}{name} {problem}")
+    problems.extend(wait_option_problems({name: values[name] for name in WAIT_OPTIONS if name in values}, prefix))
+    problems.extend(_role_only_problems(values, prefix, list(target_names)))
+    rules = []
+    if all(name in values for name in ("engine", "extra_rules", "disabled_rules")):
+        rules = (check_rules or rule_problems)(values["engine"], values["extra_rules"], values["disabled_rules"], prefix)
+    return RoleCheck(values, problems, rules)
+
+
+def rule_problems(engine: str, extra_rules: t.Sequence[t.Any], disabled_rules: t.Sequence[str], prefix: str = "") -> list[str]:
+    """The user's rules compiled with the engine's packs, as the target will; what fails, named."""
+    try:
+        load_rules(engine, extra_rules, None)
+    except RuleError as exc:
+        return [f"{prefix}extra_rules: {exc}"]
+    try:
+        load_rules(engine, extra_rules, disabled_rules)
+    except RuleError as exc:
+        return [f"{prefix}disabled_rules: {exc}"]
+    return []
+
+
+# -- conversion of one value to its option's type ---------------------------------------------------
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def convert(name: str, value: t.Any, option: t.Mapping[str, t.Any], parse_yaml: t.Callable[[str], t.Any] = json.loads) -> tuple[t.Any, str | None]:
+    """(the value as its option's type, None) or (None, what is wrong, without the name)."""
+    kind = option.get("type", "raw")
+    if value is None:
+        value = option.get("default")
+    if isinstance(value, str) and kind in ("list", "dict"):
+        if name in COMMA_TEXT:
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        elif name in YAML_TEXT:
+            value, problem = _from_yaml(value, parse_yaml, option)
+            if problem is not None:
+                return None, problem
+    converter = _CONVERTERS.get(kind)
+    converted, problem = converter(value, option) if converter else (value, None)
+    if problem is None and "choices" in option and converted not in option["choices"]:
+        return None, f"must be one of {', '.join(map(str, option['choices']))}, got {_shown(value)}"
+    if problem is not None and option.get("no_log"):
+        return None, f"must be {_TYPE_WORDS.get(kind, kind)} (the value is not shown: it is secret)"
+    return converted, problem
+
+
+def _from_yaml(text: str, parse_yaml: t.Callable[[str], t.Any], option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    if not text.strip():
+        return option.get("default"), None
+    try:
+        parsed = parse_yaml(text)
+    except Exception as exc:  # any parser's error: the text is not YAML
+        reason = " ".join(str(exc).split())[:160]
+        return None, f"is not valid YAML text ({reason}), got {_shown(text)}"
+    return (option.get("default") if parsed is None else parsed), None
+
+
+_TYPE_WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false", "list": "a list", "dict": "a mapping"}
+
+
+def _as_str(value: t.Any, option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    if isinstance(value, str):
+        return str(value), None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value), None
+    return None, f"must be text, got {_got(value)}"
+
+
+def _as_int(value: t.Any, option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    number = _number(value.strip() if isinstance(value, str) else value)
+    if math.isfinite(number) and number == int(number):
+        return int(number), None
+    return None, f"must be a whole number, got {_shown(value)}"
+
+
+def _as_float(value: t.Any, option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    number = _number(value.strip() if isinstance(value, str) else value)
+    if math.isfinite(number):
+        return (int(number) if number == int(number) else number), None
+    return None, f"must be a number, got {_shown(value)}"
+
+
+def _as_bool(value: t.Any, option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    if isinstance(value, bool):
+        return value, None
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    if text in _TRUE:
+        return True, None
+    if text in _FALSE:
+        return False, None
+    return None, f"must be true or false, got {_shown(value)}"
+
+
+def _as_list(value: t.Any, option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    if not isinstance(value, (list, tuple)):
+        return None, f"must be a list, got {_got(value)}"
+    items = list(value)
+    elements = option.get("elements")
+    wrong = [f"item #{index + 1} is {_shown(item)}" for index, item in enumerate(items) if not _is_element(item, elements)]
+    if wrong:
+        return None, f"must be a list of {_TYPE_WORDS.get(elements or '', 'items')} items: {', '.join(wrong)}"
+    return [str(item) if elements == "str" else item for item in items], None
+
+
+def _is_element(item: t.Any, elements: str | None) -> bool:
+    if elements == "str":
+        return isinstance(item, str) and bool(item.strip())
+    if elements == "dict":
+        return isinstance(item, t.Mapping)
+    return True
+
+
+def _as_dict(value: t.Any, option: t.Mapping[str, t.Any]) -> tuple[t.Any, str | None]:
+    if isinstance(value, t.Mapping):
+        return dict(value), None
+    return None, f"must be a mapping, got {_got(value)}"
+
+
+_CONVERTERS: dict[str, t.Callable[[t.Any, t.Mapping[str, t.Any]], tuple[t.Any, str | None]]] = {
+    "str": _as_str,
+    "int": _as_int,
+    "float": _as_float,
+    "bool": _as_bool,
+    "list": _as_list,
+    "dict": _as_dict,
+}
+
+
+# -- the roles' own checks ----------------------------------------------------------------------
+
+
+def _role_only_problems(values: t.Mapping[str, t.Any], prefix: str, target_names: list[str]) -> list[str]:
+    problems = []
+    if "unit" in values:
+        problem = unit_name_problem(values["unit"])
+        if problem:
+            problems.append(f"{prefix}unit {problem}, got {_shown(values['unit'])}")
+    if "port" in values and not PORTS[0] <= values["port"] <= PORTS[1]:
+        problems.append(f"{prefix}port must be a TCP port ({PORTS[0]}-{PORTS[1]}), got {values['port']!r}")
+    for name in ("release_timeout", "smoke_timeout"):
+        if name in values and not values[name] > 0:
+            problems.append(f"{prefix}{name} must be a number of seconds > 0, got {values[name]!r}")
+    for url, allow, why in TARGET_URLS:
+        # the smoke URL is only used (and only gets the API key) with the smoke test on
+        if url in values and (url != "smoke_url" or values.get("smoke_test")):
+            problems.extend(_url_problems(values[url], prefix, url, target_names, values.get(allow, False), allow, why))
+    report_dir = values.get("report_dir") or ""
+    if report_dir and os.path.exists(report_dir) and not os.path.isdir(report_dir):
+        problems.append(f"{prefix}report_dir must be a directory on the controller, got {_shown(report_dir)}, which is a file")
+    return problems
+
+
+def _url_problems(url: str, prefix: str, option: str, target_names: list[str], allowed: bool, allow: str, why: str) -> list[str]:
+    name, allow_name = f"{prefix}{option}", f"{prefix}{allow}"
+    try:
+        split_url(url)
+    except HealthURLError:
+        return [f"{name} must be an http:// or https:// URL with a host, got {_shown(url)}"]
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if allowed or is_target_address(host, target_names):
+        return []
+    own = ", ".join(dict.fromkeys(name for name in target_names if name)) or "none known"
+    return [
+        f"{name} must point at the target itself (a loopback address, or one of its own names: {own}), got {_shown(url)}: "
+        f"{why}. Set {allow_name}: true if that is intended"
+    ]
+
+
+def is_target_address(host: str, target_names: t.Iterable[str]) -> bool:
+    """True for a loopback host, or one of the target's own names or addresses."""
+    host = host.strip().lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    except ValueError:
+        pass
+    return host in {str(name).strip().lower().rstrip(".") for name in target_names if name}
+
+
+def _kind(value: t.Any) -> str:
+    """A word for a value's type that a YAML user knows (not a Python class name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, t.Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a value"
+
+
+def _got(value: t.Any) -> str:
+    return "null" if value is None else f"{_kind(value)} {_shown(value)}"
+
+
+def _shown(value: t.Any, limit: int = 120) -> str:
+    """The value as the user wrote it, short: text quoted, null/true/false/lists as in YAML flow style."""
+    if isinstance(value, str):
+        text = repr(str(value))
+    else:
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

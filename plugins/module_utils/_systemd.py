@@ -54,6 +54,8 @@ IDENTITY_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "Invoc
 OUTPUT_FIELDS = ("MESSAGE", "_PID", "__CURSOR", "__REALTIME_TIMESTAMP")
 
 _INVOCATION_ID = re.compile(r"^[0-9a-f]{32}$")
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
+UNIT_NAME_MAX = 255
 _UNIT_SUFFIXES = (".service", ".socket", ".target", ".scope", ".slice", ".mount", ".timer", ".path", ".device", ".swap", ".automount")
 
 
@@ -76,6 +78,18 @@ def unit_name(unit: str) -> str:
     if not unit:
         raise ValueError("the unit name is empty")
     return unit if unit.endswith(_UNIT_SUFFIXES) else unit + ".service"
+
+
+def unit_name_problem(unit: str) -> str | None:
+    """Why ``unit`` cannot name a unit (``is empty``, ...), or None when it can."""
+    name = unit.strip()
+    if not name:
+        return "is empty: name the systemd unit of the server (sglang.service)"
+    if len(name) > UNIT_NAME_MAX:
+        return f"is longer than the {UNIT_NAME_MAX} characters systemd allows"
+    if not _UNIT_NAME.match(name) or name.startswith((".", "-", "@")):
+        return "is not a systemd unit name (letters, digits and : - _ . @ only, as in sglang.service or sglang@0.service)"
+    return None
 
 
 def is_invocation_id(value: str) -> bool:

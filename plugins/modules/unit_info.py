@@ -1,0 +1,86 @@
+#!/usr/bin/python
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: unit_info
+short_description: The state of a systemd unit, read with systemctl show
+version_added: 0.1.0
+description:
+  - Reads a unit's state (load and active state, main PID, invocation, automatic restarts, result) with
+    C(systemctl show), as the other modules of the collection read it, numeric properties as integers.
+  - A unit that does not exist is not an error - RV(unit) says C(LoadState=not-found); the roles refuse it.
+  - Never changes anything; it does not read the journal (M(inferops.runbooks.service_probe) does).
+author:
+  - inferops.runbooks contributors (@inferops)
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads.
+  diff_mode:
+    support: none
+    description: Nothing to compare.
+options:
+  unit:
+    description:
+      - The systemd unit; C(.service) is added to a name without a unit suffix.
+    type: str
+    default: sglang.service
+seealso:
+  - module: inferops.runbooks.service_probe
+  - module: ansible.builtin.systemd_service
+"""
+
+EXAMPLES = r"""
+- name: Read the server's unit before a restart
+  inferops.runbooks.unit_info:
+    unit: sglang.service
+  register: before
+
+- name: Refuse a unit that is not loaded
+  ansible.builtin.fail:
+    msg: "sglang.service is {{ before.unit.LoadState }}"
+  when: before.unit.LoadState != 'loaded'
+"""
+
+RETURN = r"""
+unit:
+  description: The unit's state from C(systemctl show); numeric properties are integers, C(InvocationID) is empty for a unit that never ran.
+  returned: always
+  type: dict
+  sample:
+    Id: sglang.service
+    LoadState: loaded
+    ActiveState: active
+    SubState: running
+    MainPID: 4242
+    NRestarts: 0
+    InvocationID: 5c6f1b0d2a0e4f7b9a3c8e1d2f4a6b8c
+    ExecMainStatus: 0
+    Result: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._options import UNIT_OPTIONS, merged  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import SystemdError, unit_name_problem, unit_state  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=merged(UNIT_OPTIONS), supports_check_mode=True)
+    unit = module.params["unit"]
+    problem = unit_name_problem(unit)
+    if problem:
+        module.fail_json(msg=f"unit {unit!r} {problem}")
+    systemctl = module.get_bin_path("systemctl", required=True)
+    try:
+        state = unit_state(unit, systemctl=systemctl)
+    except SystemdError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, unit=state)
+
+
+if __name__ == "__main__":
+    main()
