@@ -1,0 +1,390 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A runbook report (``_runbook_report``) as people and tools read it, in one place for every role.
+
+Private to the collection; may change at any time. Standard library only, no Ansible imports.
+
+``summary_lines``: one screen, the verdict first, then the evidence. ``junit_xml``: one test suite
+with one test case per host, for CI. ``report_json``: the whole report. ``stats``: the data
+``set_stats`` publishes (AWX artifacts, ansible-runner's ``artifact_data``). ``report_files``:
+where the JSON and JUnit files go. What
+differs between the roles is data, in ``FORMS``; every section is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing as t
+import xml.etree.ElementTree as ET
+
+Report = t.Mapping[str, t.Any]
+
+MSG_LIMIT = 400
+LINE_LIMIT = 200
+SHORT_LIMIT = 100
+FATAL_SHOWN = 5
+ALLOWLISTED_SHOWN = 8
+UNRECOGNIZED_SHOWN = 5
+LAST_LINES_SHOWN = 10
+TRACEBACK_HEAD, TRACEBACK_TAIL = 2, 4
+JUNIT_MESSAGE_LIMIT = 500
+# XML 1.0 has no place for these (tqdm's carriage returns are allowed, ANSI escapes are not)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+class Form(t.NamedTuple):
+    """How one role's report is named and what it publishes."""
+
+    test_name: str
+    headline: t.Callable[[Report], str]
+    time_key: str
+    timestamp_key: str
+    file_suffix: str
+    properties: tuple[tuple[str, str], ...]
+    stats: tuple[tuple[str, str], ...]
+
+
+def _unit_named(report: Report) -> str:
+    return str(report.get("unit") or "(no unit)")
+
+
+def _restart_headline(report: Report) -> str:
+    return (
+        f"{report.get('host')} {_unit_named(report)}: {str(report.get('verdict')).upper()} ({report.get('reason')}) "
+        f"after {report.get('elapsed')} s waiting, {report.get('total_elapsed')} s in all"
+    )
+
+
+def _precheck_headline(report: Report) -> str:
+    dry = " [check mode]" if report.get("check_mode") else ""
+    return (
+        f"{report.get('host')} {_unit_named(report)}: precheck {str(report.get('verdict')).upper()} ({report.get('reason')}){dry} "
+        "- read-only, nothing was restarted"
+    )
+
+
+# Values are paths into the report: "a.b" a nested key, "#a" the length of a list.
+_NAMED = (("unit", "unit"), ("engine", "engine"), ("verdict", "verdict"), ("reason", "reason"), ("invocation_id", "invocation_id"))
+_EVENTS = (("fatal_events", "#fatal"), ("allowlisted_events", "#allowlisted"), ("unrecognized_events", "#unrecognized"))
+FORMS: dict[str, Form] = {
+    "sglang_restart": Form(
+        test_name="restart",
+        headline=_restart_headline,
+        time_key="total_elapsed",
+        timestamp_key="started_at",
+        file_suffix="",
+        properties=(*_NAMED, ("previous_invocation_id", "previous_invocation_id"), ("wait_seconds", "elapsed"), *_EVENTS),
+        stats=(
+            ("verdict", "verdict"),
+            ("reason", "reason"),
+            ("elapsed", "elapsed"),
+            ("total_elapsed", "total_elapsed"),
+            ("invocation_id", "invocation_id"),
+            ("previous_invocation_id", "previous_invocation_id"),
+            ("unit", "unit"),
+            ("fatal", "#fatal"),
+            ("unrecognized", "#unrecognized"),
+        ),
+    ),
+    "sglang_precheck": Form(
+        test_name="precheck",
+        headline=_precheck_headline,
+        time_key="elapsed",
+        timestamp_key="checked_at",
+        file_suffix=".precheck",
+        properties=(
+            *_NAMED,
+            ("active_state", "state.active_state"),
+            ("sub_state", "state.sub_state"),
+            ("health_status", "health.status"),
+            *_EVENTS,
+            ("check_mode", "check_mode"),
+        ),
+        stats=(
+            ("verdict", "verdict"),
+            ("reason", "reason"),
+            ("unit", "unit"),
+            ("invocation_id", "invocation_id"),
+            ("active_state", "state.active_state"),
+            ("health_status", "health.status"),
+            ("fatal", "#fatal"),
+            ("unrecognized", "#unrecognized"),
+            ("allowlisted", "#allowlisted"),
+            ("counts", "counts"),
+        ),
+    ),
+}
+
+
+def form_of(report: Report) -> Form:
+    role = report.get("role") if isinstance(report, t.Mapping) else None
+    if role not in FORMS:
+        raise ValueError(f"not a runbook report: its role must be one of {', '.join(FORMS)}, got {role!r}")
+    return FORMS[str(role)]
+
+
+def value_at(report: Report, path: str) -> t.Any:
+    """The value a FORMS path names: ``state.active_state``, ``#fatal`` (a count)."""
+    count = path.startswith("#")
+    value: t.Any = report
+    for key in path.lstrip("#").split("."):
+        value = value.get(key) if isinstance(value, t.Mapping) else None
+    if count:
+        return len(value) if isinstance(value, (list, tuple)) else 0
+    return value
+
+
+def stats(report: Report) -> dict[str, t.Any]:
+    """What ``set_stats`` publishes for the host."""
+    return {name: value_at(report, path) for name, path in form_of(report).stats}
+
+
+def report_files(report: Report, report_dir: str) -> dict[str, str]:
+    """{"json": path, "junit": path} in ``report_dir``; {} when there is no directory."""
+    if not report_dir:
+        return {}
+    stem = f"{report_dir.rstrip('/') or '/'}/{report.get('host')}{form_of(report).file_suffix}"
+    return {"json": f"{stem}.json", "junit": f"{stem}.junit.xml"}
+
+
+def report_json(report: Report) -> str:
+    """The whole report as JSON, keys sorted, for people and tools."""
+    return json.dumps(report, indent=2, sort_keys=True, separators=(",", ": "), ensure_ascii=False, default=str) + "\n"
+
+
+# -- the summary ----------------------------------------------------------------------------------
+
+
+def cut(text: t.Any, limit: int) -> str:
+    """At most about ``limit`` characters, cut at a word, with ``...``."""
+    whole = "" if text is None else str(text)
+    if len(whole) <= limit + 5:
+        return whole
+    head = whole[: limit - 3]
+    if " " in head:
+        head = head.rsplit(" ", 1)[0]
+    return head + "..."
+
+
+def summary_lines(report: Report, report_dir: str = "") -> list[str]:
+    """One screen per host: the verdict first, then the evidence."""
+    form = form_of(report)
+    lines = [form.headline(report), cut(report.get("msg"), MSG_LIMIT)]
+    lines += _failed_step(report)
+    lines += _problems(report)
+    lines += _unit(report)
+    lines += _phases(report)
+    lines += _health(report)
+    if _journal_was_read(report):
+        lines += _journal(report)
+        lines += evidence_lines(report)
+        lines += _smoke(report)
+        lines += _last_lines(report)
+    files = report_files(report, report_dir)
+    if files and report.get("verdict") != "skipped":
+        lines.append(f"reports: {files['json']} and {form.file_suffix}.junit.xml")
+    return lines
+
+
+def _journal_was_read(report: Report) -> bool:
+    """False for a run that stopped before it read the journal: no evidence to show."""
+    never_looked = "journal_verdict" in report and report["journal_verdict"] is None  # a precheck
+    never_waited = "lines" in report and report["lines"] is None  # a restart
+    return not (never_looked or never_waited)
+
+
+def _failed_step(report: Report) -> list[str]:
+    # a failed wait speaks for itself; other stages name the step that failed
+    if report.get("failed_step") and report.get("failed_stage") != "wait":
+        return [f"failed step: {report['failed_step']}"]
+    return []
+
+
+def _problems(report: Report) -> list[str]:
+    problems = report.get("problems") or []
+    return [f"refused: {problem}" for problem in problems] if len(problems) > 1 else []
+
+
+def _unit(report: Report) -> list[str]:
+    state = report.get("state")
+    if isinstance(state, t.Mapping):
+        if state.get("load_state") != "loaded":
+            return []
+        result = state.get("result")
+        how = f", result {result}" if result and result != "success" else ""
+        return [
+            f"unit: {state.get('active_state')} ({state.get('sub_state')}){how}, main PID {state.get('main_pid')}, "
+            f"invocation {report.get('invocation_id') or 'none'}, automatic restarts: {state.get('n_restarts')}"
+        ]
+    if report.get("previous_invocation_id") or report.get("invocation_id"):
+        return [
+            f"invocation {report.get('invocation_id') or 'none'} (before: {report.get('previous_invocation_id') or 'none'}), "
+            f"automatic restarts: {report.get('restarts')}"
+        ]
+    return []
+
+
+def _phases(report: Report) -> list[str]:
+    timeline = report.get("timeline")
+    if timeline:
+        steps = [f"{step.get('phase')} {step['duration'] if step.get('duration') is not None else '...'} s" for step in timeline]
+        return ["phases: " + " > ".join(steps)]
+    if "timeline" in report and report.get("phase"):
+        return [f"phase: {report['phase']}"]
+    return []
+
+
+def _health(report: Report) -> list[str]:
+    health = report.get("health")
+    if not health:
+        return []
+    status = health.get("status")
+    answer = f"HTTP {status}" if status is not None else f"no answer ({health['error']})" if health.get("error") else "no answer"
+    streak = f", {health['successes']} success(es) in a row" if health.get("successes") else ""
+    return [f"health: {answer} from {health.get('url') or 'the health URL'}{streak}"]
+
+
+def _journal(report: Report) -> list[str]:
+    if "journal_verdict" not in report:
+        return []
+    marker = f", ready marker at line {report.get('ready_line')}" if report.get("ready") else ", no ready marker"
+    progress = report.get("progress")
+    bar_text = f", {progress.get('text')}" if isinstance(progress, t.Mapping) and progress.get("text") and not report.get("ready") else ""
+    return [f"journal: {report.get('lines')} line(s), phase {report.get('phase') or 'none'}{marker}{bar_text}"]
+
+
+def _ranks(event: t.Mapping[str, t.Any]) -> str:
+    ranks = [str(rank) for rank in event.get("ranks") or []]
+    if len(ranks) > 3:
+        return f" on {len(ranks)} ranks ({ranks[0]}..{ranks[-1]})"
+    return f" on {','.join(ranks)}" if ranks else ""
+
+
+def _where(event: t.Mapping[str, t.Any]) -> str:
+    first = event.get("first_line")
+    if first is None:
+        return ""
+    last = event.get("last_line")
+    return f", journal line {first}" + (f"-{last}" if last is not None and last != first else "")
+
+
+def _traceback(event: t.Mapping[str, t.Any]) -> list[str]:
+    lines = [str(line) for line in event.get("traceback") or []]
+    if len(lines) > TRACEBACK_HEAD + TRACEBACK_TAIL + 1:
+        lines = [*lines[:TRACEBACK_HEAD], "...", *lines[-TRACEBACK_TAIL:]]
+    return [f"    | {cut(line, LINE_LIMIT)}" for line in lines]
+
+
+def evidence_lines(report: Report) -> list[str]:
+    """The fatal, allowlisted and unrecognized events, the gaps in the journal, the rules past their date."""
+    lines: list[str] = []
+    fatal = report.get("fatal") or []
+    if fatal:
+        lines.append(f"FATAL: {len(fatal)} event(s)")
+        for event in fatal[:FATAL_SHOWN]:
+            lines.append(f"  [{event.get('rule') or 'no rule'}] x{event.get('count')}{_ranks(event)}{_where(event)}: {cut(event.get('message'), LINE_LIMIT)}")
+            lines += _traceback(event)
+    else:
+        lines.append("fatal: none")
+    allowlisted = report.get("allowlisted") or []
+    if allowlisted:
+        total = sum(int(event.get("count") or 0) for event in allowlisted)
+        lines.append(f"allowlisted: {len(allowlisted)} kind(s), {total} line(s)")
+        for event in allowlisted[:ALLOWLISTED_SHOWN]:
+            lines.append(f"  [{event.get('rule')}] x{event.get('count')}{_ranks(event)}: {cut(event.get('message'), SHORT_LIMIT)}")
+    else:
+        lines.append("allowlisted: none")
+    unrecognized = report.get("unrecognized") or []
+    if unrecognized:
+        how = "strict mode: failing" if report.get("strict") else "reported, not failing"
+        lines.append(f"unrecognized ({how}): {len(unrecognized)}")
+        for event in unrecognized[:UNRECOGNIZED_SHOWN]:
+            lines.append(f"  x{event.get('count')}{_ranks(event)}{_where(event)}: {cut(event.get('message'), LINE_LIMIT)}")
+            if event.get("suggested_rule") is not None:
+                lines.append(f"    suggested rule for {report.get('role')}_extra_rules: {json.dumps(event['suggested_rule'])}")
+    else:
+        lines.append("unrecognized: none")
+    gaps = report.get("journal_gaps") or []
+    if gaps:
+        lines.append(f"journal gaps (entries rotated or vacuumed away before they were read; their lines are not in the evidence): {len(gaps)}")
+        lines += [f"  {cut(gap, LINE_LIMIT)}" for gap in gaps]
+    stale = [str(rule.get("id")) for rule in report.get("stale_rules") or [] if isinstance(rule, t.Mapping)]
+    if stale:
+        lines.append(f"stale rules (past their expires date): {', '.join(stale)}")
+    return lines
+
+
+def _smoke(report: Report) -> list[str]:
+    smoke = report.get("smoke_test")
+    if not isinstance(smoke, t.Mapping) or not smoke.get("enabled"):
+        return []
+    answer = "not run" if smoke.get("status") is None else f"HTTP {smoke['status']}"
+    generated = f", generated {json.dumps(smoke['text'])}" if smoke.get("text") is not None else ""
+    return [f"smoke test: {answer}{generated}"]
+
+
+def _last_lines(report: Report) -> list[str]:
+    last = report.get("last_lines") or []
+    if report.get("verdict") != "fail" or not last or report.get("fatal"):
+        return []
+    return ["last journal lines:", *(f"    | {cut(line, LINE_LIMIT)}" for line in last[-LAST_LINES_SHOWN:])]
+
+
+# -- JUnit XML ------------------------------------------------------------------------------------
+
+
+def _xml(value: t.Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _NOT_XML.sub("", "" if value is None else str(value))
+
+
+def junit_xml(report: Report, report_dir: str = "") -> str:
+    """One test suite with one test case for the host; a ``<failure type="<reason>">`` when it failed."""
+    form = form_of(report)
+    host, verdict = _xml(report.get("host")), report.get("verdict")
+    failures = "1" if verdict == "fail" else "0"
+    seconds = _xml(report.get(form.time_key))
+    role = str(report.get("role"))
+    suites = ET.Element("testsuites", {"name": f"inferops.runbooks.{role}", "tests": "1", "failures": failures, "errors": "0", "time": seconds})
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        {
+            "name": f"{role}.{host}",
+            "hostname": host,
+            "tests": "1",
+            "failures": failures,
+            "errors": "0",
+            "skipped": "1" if verdict == "skipped" else "0",
+            "time": seconds,
+            "timestamp": _xml(report.get(form.timestamp_key)).replace("Z", ""),
+        },
+    )
+    properties = ET.SubElement(suite, "properties")
+    for name, path in form.properties:
+        ET.SubElement(properties, "property", {"name": name, "value": _xml(value_at(report, path))})
+    case = ET.SubElement(suite, "testcase", {"classname": f"{role}.{host}", "name": f"{form.test_name} {_xml(report.get('unit'))}", "time": seconds})
+    if verdict == "fail":
+        failure = ET.SubElement(case, "failure", {"type": _xml(report.get("reason")), "message": _xml(cut(report.get("msg"), JUNIT_MESSAGE_LIMIT))})
+        failure.text = _xml("\n".join(_failure_text(report)))
+    elif verdict == "skipped":
+        ET.SubElement(case, "skipped", {"message": _xml(report.get("msg"))})
+    ET.SubElement(case, "system-out").text = _xml("\n".join(summary_lines(report, report_dir)))
+    if hasattr(ET, "indent"):
+        ET.indent(suites, space="  ")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _failure_text(report: Report) -> list[str]:
+    lines = [str(report.get("msg") or "")]
+    lines += [f"refused: {problem}" for problem in report.get("problems") or []]
+    for event in report.get("fatal") or []:
+        ranks = ",".join(str(rank) for rank in event.get("ranks") or [])
+        lines.append(f"[{event.get('rule') or 'no rule'}] x{event.get('count')} {ranks}: {event.get('message')}")
+        lines += [f"  {line}" for line in event.get("traceback") or []]
+    if report.get("last_lines"):
+        lines.append("last journal lines:")
+        lines += [f"  {line}" for line in report["last_lines"]]
+    return lines

@@ -1,0 +1,373 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The report of one run of a runbook role: what it saw, and its verdict with the reason.
+
+Private to the collection; may change at any time. Standard library only, no Ansible imports.
+
+A role gathers what it observed (the checked variables, the unit's state, the wait's or the probe's
+result, a failed step with its stage and result) into one mapping and hands it to ``runbook_report``
+(through the filter of the same name). The restart's verdict is the wait's (``wait_ready``), unless
+a step before it failed, the run was a dry run, or the smoke test failed; the precheck's verdict is
+decided here, by the first of its checks that fails. ``_render`` turns the report into text, JUnit
+XML and ``set_stats`` data.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+Report = t.Dict[str, t.Any]
+Observed = t.Mapping[str, t.Any]
+
+ROLES = ("sglang_restart", "sglang_precheck")
+
+# the reason of a failed stage when its step gave none
+STAGE_REASONS = {
+    "validate": "invalid_options",
+    "preflight": "preflight_failed",
+    "restart": "restart_failed",
+    "wait": "wait_error",
+    "smoke": "smoke_failed",
+    "probe": "probe_failed",
+}
+VALIDATION_REASONS = ("invalid_options", "invalid_rules")
+REFUSAL_VERBS = {"sglang_restart": ("restart", "stopped or started"), "sglang_precheck": ("check", "started or stopped")}
+EXCERPT = 240
+
+
+def runbook_report(observed: Observed, role: str, now: float | None = None) -> Report:
+    """The report of one host's run of ``role`` (``sglang_restart`` or ``sglang_precheck``)."""
+    if role == "sglang_restart":
+        return restart_report(observed, now)
+    if role == "sglang_precheck":
+        return precheck_report(observed, now)
+    raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+
+
+# -- shared pieces --------------------------------------------------------------------------------
+
+
+def _mapping(value: t.Any) -> dict[str, t.Any]:
+    return dict(value) if isinstance(value, t.Mapping) else {}
+
+
+def _text(value: t.Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _clock(observed: Observed, now: float | None) -> tuple[float, float]:
+    """(when the run started, now), as seconds since the epoch."""
+    now = time.time() if now is None else float(now)
+    try:
+        started = float(observed.get("started_at") or now)
+    except (TypeError, ValueError):
+        started = now
+    return started, now
+
+
+def _failure(observed: Observed) -> dict[str, t.Any] | None:
+    """The failed step: ``{"stage", "step", "result"}`` as a rescue keeps it (``result`` is
+    ``ansible_failed_result``), read into its stage, step, reason, message and problems."""
+    failure = observed.get("failure")
+    if not isinstance(failure, t.Mapping) or not failure:
+        return None
+    result = _mapping(failure.get("result"))
+    stage = _text(failure.get("stage")) or None
+    problems = result.get("problems")
+    return {
+        "stage": stage,
+        "step": _text(failure.get("step")) or None,
+        "reason": _text(result.get("reason")) or None,
+        "msg": _text(result.get("msg")).strip() or f"the {stage or 'unknown'} step failed without a message",
+        "problems": [str(problem) for problem in problems] if isinstance(problems, (list, tuple)) else [],
+    }
+
+
+def unit_refusal(role: str, unit: str, host: str, state: t.Mapping[str, t.Any]) -> tuple[str, str] | None:
+    """(reason, message) when the unit is not loaded, so the role must not go on; None when it is."""
+    load_state = _text(state.get("LoadState"))
+    if load_state == "loaded":
+        return None
+    verb, untouched = REFUSAL_VERBS[role]
+    what = "there is no such systemd unit" if load_state == "not-found" else "the unit is not loaded"
+    msg = (
+        f"Refusing to {verb} {unit} on {host}: {what} (LoadState={load_state or 'unknown'}). Nothing was {untouched}. "
+        f"Set {role}_unit to the unit that runs the server (systemctl list-units 'sglang*')."
+    )
+    return ("unit_not_found" if load_state in ("not-found", "") else "unit_not_loaded"), msg
+
+
+def _with_url(health: t.Any, url: str) -> dict[str, t.Any]:
+    """The health result with the URL it was probed at (the wait's result does not carry it)."""
+    result = _mapping(health)
+    if result and not result.get("url"):
+        result["url"] = url
+    return result
+
+
+def _named(role: str, observed: Observed, outcome: t.Mapping[str, str], failure: t.Mapping[str, t.Any] | None) -> Report:
+    """What every report starts with: whose, about what, the verdict."""
+    return {
+        "role": role,
+        "host": _text(observed.get("host")),
+        "unit": _text(_setting(observed, "unit", "")),
+        "engine": _text(_setting(observed, "engine", "")),
+        "verdict": outcome["verdict"],
+        "reason": outcome["reason"],
+        "msg": outcome["msg"],
+        "problems": failure["problems"] if failure else [],
+        "check_mode": bool(observed.get("check_mode")),
+        "strict": bool(_setting(observed, "strict", False)),
+    }
+
+
+def _evidence(journal: t.Mapping[str, t.Any], last_lines: t.Any, gaps: t.Any) -> Report:
+    """The journal evidence: events per class, line counts, stale rules, the last lines read, and
+    the gaps (entries rotated or vacuumed away before they were read)."""
+    return {
+        "journal_gaps": [str(gap) for gap in gaps or [] if gap],
+        "counts": _mapping(journal.get("counts")),
+        "fatal": list(journal.get("fatal") or []),
+        "allowlisted": list(journal.get("allowlisted") or []),
+        "unrecognized": list(journal.get("unrecognized") or []),
+        "stale_rules": list(journal.get("stale_rules") or []),
+        "last_lines": list(last_lines or []),
+    }
+
+
+def _setting(observed: Observed, name: str, default: t.Any) -> t.Any:
+    """A checked option; when the check itself failed, the variable as given (for naming only)."""
+    options = _mapping(observed.get("options"))
+    if name in options:
+        return options[name]
+    given = observed.get(name)
+    return given if isinstance(given, (str, bool, int, float)) else default
+
+
+# -- sglang_restart -------------------------------------------------------------------------------
+
+
+def restart_report(observed: Observed, now: float | None = None) -> Report:
+    """The restart's report: the wait's evidence, and the verdict of the step that decided."""
+    started, now = _clock(observed, now)
+    wait = _mapping(observed.get("wait"))
+    before = _mapping(observed.get("before"))
+    failure = _failure(observed)
+    smoke = _smoke(observed)
+    outcome = _restart_outcome(observed, wait, before, failure, smoke)
+    return {
+        **_named("sglang_restart", observed, outcome, failure),
+        "failed_stage": failure.get("stage") if failure else None,
+        "failed_step": failure.get("step") if failure else None,
+        "started_at": _iso(started),
+        "total_elapsed": round(now - started, 1),
+        "elapsed": wait.get("elapsed", 0),
+        "previous_invocation_id": _text(before.get("InvocationID")),
+        "invocation_id": _text(wait.get("invocation_id")),
+        "restarts": wait.get("restarts", 0),
+        "lines": wait.get("lines"),
+        "phase": wait.get("phase"),
+        "progress": wait.get("progress"),
+        "timeline": list(wait.get("timeline") or []),
+        "health": _with_url(wait.get("health"), _text(_setting(observed, "health_url", ""))),
+        **_evidence(wait, wait.get("last_lines"), wait.get("journal_gaps")),
+        "smoke_test": smoke,
+        "budget": _setting(observed, "budget", None),
+    }
+
+
+def _smoke(observed: Observed) -> dict[str, t.Any]:
+    result = _mapping(observed.get("smoke"))
+    enabled = bool(_setting(observed, "smoke_test", False))
+    url = _text(_setting(observed, "smoke_url", ""))
+    if "status" not in result:
+        return {"enabled": enabled, "url": url, "status": None, "passed": None, "text": None, "msg": None}
+    choices = _mapping(result.get("json")).get("choices") or []
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], t.Mapping) else {}
+    status = result.get("status")
+    return {
+        "enabled": enabled,
+        "url": url,
+        "status": status,
+        "passed": status == 200 and bool(choices),
+        "text": first.get("text"),
+        "msg": _text(result.get("msg")) or None,
+    }
+
+
+def _restart_outcome(
+    observed: Observed, wait: dict[str, t.Any], before: dict[str, t.Any], failure: dict[str, t.Any] | None, smoke: dict[str, t.Any]
+) -> dict[str, str]:
+    if failure is not None:
+        stage = _text(failure.get("stage"))
+        refusal = (
+            unit_refusal("sglang_restart", _text(_setting(observed, "unit", "")), _text(observed.get("host")), before)
+            if stage == "preflight" and before
+            else None
+        )
+        if refusal is not None and not failure["reason"]:
+            return {"verdict": "fail", "reason": refusal[0], "msg": refusal[1]}
+        return {"verdict": "fail", "reason": failure["reason"] or STAGE_REASONS.get(stage, "error"), "msg": failure["msg"]}
+    if observed.get("check_mode"):
+        return {"verdict": "skipped", "reason": "check_mode", "msg": "check mode: nothing was restarted"}
+    if not wait.get("verdict"):
+        return {"verdict": "fail", "reason": "wait_error", "msg": _text(wait.get("msg")).strip() or "the wait ended without a verdict"}
+    if wait["verdict"] == "pass" and smoke["enabled"] and not smoke["passed"]:
+        answer = f"HTTP {smoke['status']}" if smoke["status"] not in (None, -1) else "no answer"
+        detail = f" - {smoke['msg']}" if smoke["msg"] else ""
+        return {"verdict": "fail", "reason": "smoke_failed", "msg": f"smoke test: {answer} from {smoke['url']}{detail}"}
+    return {
+        "verdict": _text(wait["verdict"]),
+        "reason": _text(wait.get("reason")) or "unknown",
+        "msg": _text(wait.get("msg")).strip() or "the wait gave no message",
+    }
+
+
+# -- sglang_precheck ------------------------------------------------------------------------------
+
+
+class _Look(t.NamedTuple):
+    """What the precheck's one look saw."""
+
+    unit: dict[str, t.Any]
+    journal: dict[str, t.Any]
+    health: dict[str, t.Any]
+
+
+def precheck_report(observed: Observed, now: float | None = None) -> Report:
+    """The precheck's report, with its verdict: the first check that fails, in a fixed order."""
+    started, now = _clock(observed, now)
+    failure = _failure(observed)
+    look = _look(observed)
+    reason, msg = precheck_verdict(observed, look, failure)
+    journal = look.journal
+    outcome = {"verdict": "pass" if reason == "ready" else "fail", "reason": reason, "msg": msg}
+    return {
+        **_named("sglang_precheck", observed, outcome, failure),
+        "checked_at": _iso(started),
+        "elapsed": round(now - started, 1),
+        "invocation_id": _text(look.unit.get("InvocationID")),
+        "state": {
+            "load_state": _text(look.unit.get("LoadState")),
+            "active_state": _text(look.unit.get("ActiveState")),
+            "sub_state": _text(look.unit.get("SubState")),
+            "result": _text(look.unit.get("Result")),
+            "main_pid": _int(look.unit.get("MainPID")),
+            "n_restarts": _int(look.unit.get("NRestarts")),
+        },
+        "health": look.health,
+        "phase": journal.get("phase"),
+        "progress": journal.get("progress"),
+        "ready": bool(journal.get("ready", False)),
+        "ready_line": journal.get("ready_line"),
+        "lines": journal.get("lines", 0),
+        "journal_verdict": journal.get("verdict"),
+        "journal_reason": journal.get("reason"),
+        **_evidence(journal, journal.get("tail"), [journal.get("gap")]),
+    }
+
+
+def _int(value: t.Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _look(observed: Observed) -> _Look:
+    state = _mapping(observed.get("state"))
+    probe = _mapping(observed.get("probe"))
+    probed = isinstance(probe.get("unit"), t.Mapping)
+    unit = _mapping(probe["unit"]) if probed else state
+    journal = _mapping(probe.get("journal")) if probed else {}
+    health = _mapping(probe.get("health")) if probed else {}
+    return _Look(unit, journal, health)
+
+
+def precheck_verdict(observed: Observed, look: _Look, failure: t.Mapping[str, t.Any] | None) -> tuple[str, str]:
+    """(reason, message): ``ready`` when every check passed, else the first that failed."""
+    unit = _text(_setting(observed, "unit", ""))
+    host = _text(observed.get("host"))
+    if failure is not None and failure["reason"] in VALIDATION_REASONS:
+        return failure["reason"], failure["msg"]
+    state = _mapping(observed.get("state"))
+    if state:
+        refusal = unit_refusal("sglang_precheck", unit, host, state)
+        if refusal is not None:
+            return "unit_not_found", refusal[1]
+    if failure is not None:
+        return failure["reason"] or "probe_failed", f"The look at {unit} failed: {failure['msg']}"
+    for check in _PRECHECKS:
+        found = check(observed, look, unit, host)
+        if found is not None:
+            return found
+    ready_line = look.journal.get("ready_line")
+    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line or '?'}, nothing fatal logged"
+
+
+def _fatal_note(look: _Look) -> str:
+    """Added to the message of a failed unit or health check: the fatal lines usually say why."""
+    fatal = look.journal.get("fatal") or []
+    if not fatal:
+        return ""
+    return f"; the current invocation logged {len(fatal)} fatal event(s), first: {_excerpt(fatal[0])}"
+
+
+def _excerpt(event: t.Any) -> str:
+    return _text(_mapping(event).get("message"))[:EXCERPT]
+
+
+def _unit_not_active(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    active, sub, result = (_text(look.unit.get(key)) for key in ("ActiveState", "SubState", "Result"))
+    if active == "active" and sub == "running":
+        return None
+    how = f", Result={result}" if result not in ("", "success") else ""
+    return "unit_not_active", f"{unit} is {active or 'unknown'} ({sub or 'unknown'}), not active (running){how}{_fatal_note(look)}"
+
+
+def _health_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    status = look.health.get("status")
+    if status == 200:
+        return None
+    url = _text(look.health.get("url")) or _text(_setting(observed, "health_url", ""))
+    answer = f"answered HTTP {status}" if status is not None else f"did not answer: {_text(look.health.get('error')) or 'no probe'}"
+    return "health_failed", f"{url} {answer} (probed from {host}), not 200{_fatal_note(look)}"
+
+
+def _fatal_log(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    fatal = look.journal.get("fatal") or []
+    if not fatal:
+        return None
+    return "fatal_log", f"The current invocation logged {len(fatal)} fatal event(s), first: {_excerpt(fatal[0])}"
+
+
+def _not_ready(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    if look.journal.get("ready"):
+        return None
+    progress = look.journal.get("progress")
+    bar_text = f", {progress.get('text')}" if isinstance(progress, t.Mapping) and progress.get("text") else ""
+    return "not_ready", f"No ready marker in the journal of the current invocation (phase reached: {look.journal.get('phase') or 'none'}{bar_text})"
+
+
+def _unrecognized_strict(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    unrecognized = look.journal.get("unrecognized") or []
+    if not (_setting(observed, "strict", False) and unrecognized):
+        return None
+    return (
+        "unrecognized_strict",
+        f"Strict mode: the current invocation logged {len(unrecognized)} line family(ies) no rule knows, first: {_excerpt(unrecognized[0])}",
+    )
+
+
+_PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None], ...] = (
+    _unit_not_active,
+    _health_failed,
+    _fatal_log,
+    _not_ready,
+    _unrecognized_strict,
+)

@@ -1,0 +1,66 @@
+#!/usr/bin/python
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: write_report
+short_description: Write a runbook report's JSON and JUnit XML files on the controller
+version_added: 0.1.0
+description:
+  - Writes the report of a runbook role (from P(inferops.runbooks.runbook_report#filter)) as two files in
+    O(report_dir) on the controller - the whole report as JSON, and the JUnit XML of
+    P(inferops.runbooks.report_junit#filter) - named C(<host>.json) and C(<host>.junit.xml) for
+    P(inferops.runbooks.sglang_restart#role), C(<host>.precheck.json) and C(<host>.precheck.junit.xml) for
+    P(inferops.runbooks.sglang_precheck#role).
+  - Creates O(report_dir) when it is missing; each file is replaced atomically, and left alone when it already holds
+    the same report.
+  - Runs on the controller in one step (no module is sent anywhere), so reporting a failed restart takes
+    milliseconds, not seconds.
+author:
+  - inferops.runbooks contributors (@inferops)
+attributes:
+  action:
+    support: full
+    description: Runs on the controller only; the managed host is not contacted.
+  async:
+    support: none
+    description: Runs at once on the controller.
+  check_mode:
+    support: full
+    description: Says which files it would write, and writes nothing.
+  diff_mode:
+    support: none
+    description: No diff is shown.
+  platform:
+    support: full
+    platforms: posix
+    description: The controller.
+options:
+  report:
+    description: The report, from P(inferops.runbooks.runbook_report#filter).
+    type: dict
+    required: true
+  report_dir:
+    description: The directory on the controller.
+    type: path
+    required: true
+seealso:
+  - module: inferops.runbooks.check_options
+"""
+
+EXAMPLES = r"""
+- name: Write the report files of the restart
+  inferops.runbooks.write_report:
+    report: "{{ sglang_restart_report }}"
+    report_dir: /var/tmp/sglang-reports
+"""
+
+RETURN = r"""
+files:
+  description: The two files, C(json) and C(junit).
+  returned: always
+  type: dict
+  sample: {"json": "/var/tmp/sglang-reports/gpu-node-01.json", "junit": "/var/tmp/sglang-reports/gpu-node-01.junit.xml"}
+"""
