@@ -1,0 +1,163 @@
+"""The verdicts of the roles, decided in one place (module_utils/_runbook_report): the restart's from
+its stages and the wait, the precheck's from its ordered checks, on observations built from real logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from tests.unit.plugins.module_utils.observations import (
+    AFTER_ID,
+    BEFORE_ID,
+    CRASHED,
+    HEALTH_URL,
+    HOST,
+    SMOKE_URL,
+    UNIT,
+    failed_step,
+    options,
+    precheck_report,
+    probe_result,
+    restart_report,
+    unit_state,
+    wait_result,
+)
+
+# -- sglang_restart -------------------------------------------------------------------------------
+
+
+def test_a_passed_wait_is_a_passed_restart_with_its_evidence() -> None:
+    report = restart_report()
+    assert (report["verdict"], report["reason"]) == ("pass", "ready")
+    assert report["role"] == "sglang_restart" and report["host"] == HOST and report["unit"] == UNIT
+    assert report["invocation_id"] == AFTER_ID and report["previous_invocation_id"] == BEFORE_ID
+    assert report["total_elapsed"] == 42.5 and report["started_at"] == "2027-01-15T08:00:00Z"
+    assert report["health"]["url"] == HEALTH_URL and report["health"]["successes"] == 2
+    assert report["stale_rules"][0]["id"] == "local-old-notice"
+    assert report["failed_stage"] is None and report["problems"] == []
+    assert report["smoke_test"] == {"enabled": False, "url": SMOKE_URL, "status": None, "passed": None, "text": None, "msg": None}
+
+
+def test_a_failed_wait_is_a_failed_restart_with_the_fatal_events() -> None:
+    report = restart_report(wait=wait_result(CRASHED, "fail", "fatal_log", "fatal line in sglang.service's journal: NCCL error"))
+    assert (report["verdict"], report["reason"]) == ("fail", "fatal_log")
+    assert report["msg"].startswith("fatal line in")
+    assert any("NCCL error" in event["message"] for event in report["fatal"])
+    assert report["last_lines"] == ["line one", "line two"]
+
+
+def test_check_mode_is_skipped() -> None:
+    report = restart_report(check_mode=True, wait={"changed": False, "skipped": True})
+    assert (report["verdict"], report["reason"], report["msg"]) == ("skipped", "check_mode", "check mode: nothing was restarted")
+
+
+def test_refused_variables_keep_their_reason_and_every_problem() -> None:
+    problems = ["sglang_restart_disabled_rules: disabled rule id(s) nope match no rule"]
+    failure = failed_step("validate", "Refusing to run sglang_restart on gpu-node-01, nothing was touched: ...", reason="invalid_rules", problems=problems)
+    report = restart_report(failure=failure, options={}, before={}, wait={})
+    assert (report["verdict"], report["reason"], report["failed_stage"]) == ("fail", "invalid_rules", "validate")
+    assert report["problems"] == problems
+    assert report["unit"] == UNIT  # the variable as given names the unit when the check failed
+
+
+@pytest.mark.parametrize(
+    ("load_state", "reason", "what"),
+    [("not-found", "unit_not_found", "there is no such systemd unit"), ("masked", "unit_not_loaded", "the unit is not loaded")],
+)
+def test_a_unit_that_is_not_loaded_is_refused(load_state: str, reason: str, what: str) -> None:
+    failure = failed_step("preflight", "sglang.service is not loaded")
+    report = restart_report(failure=failure, before=unit_state(load=load_state, active="inactive", sub="dead", invocation=""), wait={})
+    assert (report["verdict"], report["reason"]) == ("fail", reason)
+    assert report["msg"].startswith(f"Refusing to restart {UNIT} on {HOST}: {what} (LoadState={load_state}). Nothing was stopped or started.")
+
+
+@pytest.mark.parametrize(
+    ("stage", "before", "reason"),
+    [("preflight", {}, "preflight_failed"), ("restart", unit_state(invocation=BEFORE_ID), "restart_failed"), ("wait", unit_state(), "wait_error")],
+)
+def test_a_failed_stage_gives_its_reason_and_keeps_the_message(stage: str, before: dict[str, Any], reason: str) -> None:
+    report = restart_report(failure=failed_step(stage, "Timeout when waiting for 127.0.0.1:30000 to stop."), before=before, wait={})
+    assert (report["verdict"], report["reason"], report["failed_stage"]) == ("fail", reason, stage)
+    assert report["msg"] == "Timeout when waiting for 127.0.0.1:30000 to stop."
+
+
+def test_a_failure_never_has_an_empty_message() -> None:
+    report = restart_report(failure=failed_step("restart", ""), wait={})
+    assert report["msg"] == "the restart step failed without a message"
+    # a wait that returned no verdict (it refused its own arguments) keeps what it said
+    report = restart_report(wait={"failed": True, "msg": "health_successes must be >= 1"})
+    assert (report["verdict"], report["reason"], report["msg"]) == ("fail", "wait_error", "health_successes must be >= 1")
+    report = restart_report(wait={"failed": True})
+    assert report["msg"] == "the wait ended without a verdict"
+
+
+def test_a_failed_smoke_test_fails_the_restart() -> None:
+    smoke = {"status": 401, "msg": "Status code was 401 and not [200]: HTTP Error 401: Unauthorized", "json": {"error": "unauthorized"}}
+    report = restart_report(options=options(smoke_test=True), smoke=smoke)
+    assert (report["verdict"], report["reason"]) == ("fail", "smoke_failed")
+    assert report["msg"] == f"smoke test: HTTP 401 from {SMOKE_URL} - Status code was 401 and not [200]: HTTP Error 401: Unauthorized"
+    passed = restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": [{"text": " Paris"}]}})
+    assert (passed["verdict"], passed["smoke_test"]["passed"], passed["smoke_test"]["text"]) == ("pass", True, " Paris")
+    # a 200 that generated nothing is no pass either
+    assert restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": []}})["reason"] == "smoke_failed"
+
+
+def test_unknown_role_is_refused() -> None:
+    with pytest.raises(ValueError, match="role must be one of sglang_restart, sglang_precheck"):
+        runbook_report({}, "sglang_rollback")
+
+
+# -- sglang_precheck ------------------------------------------------------------------------------
+
+
+def test_a_healthy_server_passes_the_precheck() -> None:
+    report = precheck_report()
+    assert (report["verdict"], report["reason"]) == ("pass", "ready")
+    assert report["msg"].startswith(f"{UNIT} is active (running), health answered 200, ready marker at journal line ")
+    assert report["state"] == {"load_state": "loaded", "active_state": "active", "sub_state": "running", "result": "success", "main_pid": 4242, "n_restarts": 0}
+    assert report["checked_at"] == "2027-01-15T08:00:00Z" and report["elapsed"] == 42.5
+    assert report["last_lines"] == ["last line"] and report["journal_verdict"] == "pass"
+
+
+CRASHED_UNIT = probe_result(CRASHED, status=None, error="connection refused", active="failed", sub="failed", result="exit-code")
+
+# Each row breaks one more thing than the checks after it look at: the first failing check decides.
+PRECHECKS = [
+    ("invalid_options", {"failure": failed_step("validate", "Refusing ...", reason="invalid_options", problems=["x"]), "state": {}, "probe": {}}),
+    ("unit_not_found", {"state": unit_state(load="not-found", active="inactive", sub="dead", invocation=""), "probe": {}}),
+    ("probe_failed", {"failure": failed_step("probe", "journalctl failed (rc=1): no journal"), "probe": {}}),
+    ("unit_not_active", {"probe": CRASHED_UNIT}),
+    ("health_failed", {"probe": probe_result(CRASHED, status=503)}),
+    ("fatal_log", {"probe": probe_result(CRASHED)}),
+    ("not_ready", {"probe": probe_result(until_ready=True)}),
+]
+
+
+@pytest.mark.parametrize(("reason", "observed"), PRECHECKS, ids=[reason for reason, _observed in PRECHECKS])
+def test_the_first_failing_check_decides(reason: str, observed: dict[str, Any]) -> None:
+    report = precheck_report(**observed)
+    assert (report["verdict"], report["reason"]) == ("fail", reason), report["msg"]
+    assert report["msg"]
+
+
+def test_precheck_messages_say_why() -> None:
+    report = precheck_report(probe=CRASHED_UNIT)
+    assert report["msg"].startswith(f"{UNIT} is failed (failed), not active (running), Result=exit-code; the current invocation logged 2 fatal event(s)")
+    assert "answered HTTP 503 (probed from gpu-node-01), not 200" in precheck_report(probe=probe_result(CRASHED, status=503))["msg"]
+    assert "did not answer: connection refused" in precheck_report(probe=probe_result(status=None, error="connection refused"))["msg"]
+    refused = precheck_report(state=unit_state(load="not-found", invocation=""), probe={})
+    assert refused["msg"].startswith(
+        f"Refusing to check {UNIT} on {HOST}: there is no such systemd unit (LoadState=not-found). Nothing was started or stopped."
+    )
+    assert refused["journal_verdict"] is None and refused["fatal"] == []
+
+
+def test_strict_mode_fails_on_unrecognized_lines() -> None:
+    probe = probe_result()
+    probe["journal"]["unrecognized"] = [{"message": "Frobnicator returned error state 7, continuing", "count": 1}]
+    assert precheck_report(probe=probe)["reason"] == "ready"
+    strict = precheck_report(probe=probe, options=options(strict=True))
+    assert (strict["reason"], strict["strict"]) == ("unrecognized_strict", True)
+    assert "Frobnicator returned error state 7" in strict["msg"]
