@@ -31,6 +31,7 @@ TAIL_LINES = 20
 HISTORY_MAX = 50
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 10.0
+EXIT_SETTLE = 1.0  # after the unit's process exited, how long its last journal lines are waited for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Wait:
         self.gaps: list[str] = []
         self.messages: list[str] = []
         self.outcome: Outcome | None = None
+        self.exited: Outcome | None = None  # the unit's process exited: one last look at its journal
         self.detected: float | None = None
         self._last_status: str | None = None
         self._last_shown = float("-inf")
@@ -162,6 +164,8 @@ class Wait:
         self.now = now
         self.probes += 1
         self.failures = 0
+        if self.exited is not None:
+            return self._last_look(result)
         try:
             if not self.pinned:
                 waiting = self._pin(result)
@@ -174,8 +178,22 @@ class Wait:
             if self.remaining() <= 0:
                 self._out_of_budget()
         except _Failed as failure:
+            if failure.reason in ("unit_failed", "unit_inactive") and self.pinned and self.remaining() > 0:
+                # the process is gone; journald may still be storing what it wrote last
+                self.exited = Outcome("fail", failure.reason, failure.msg)
+                return Probe(watch=min(EXIT_SETTLE, self.remaining()), health=False)
             return self._end(Outcome("fail", failure.reason, failure.msg))
         return self._next_probe()
+
+    def _last_look(self, result: ProbeResult) -> Outcome:
+        """After the unit's process exited: its last lines decide whether a fatal line explains it."""
+        exited = t.cast(Outcome, self.exited)
+        self._absorb(result)
+        if self.total["fatal"]:
+            reason: Reason = "soak_failed" if self.soak_started is not None else "fatal_log"
+            first = str(self.total["fatal"][0].get("message", ""))[:300]
+            return self._end(Outcome("fail", reason, f"fatal line in {self.settings.unit}'s journal: {first} ({exited.msg})"))
+        return self._end(exited)
 
     def connection_lost(self, problem: str, now: float) -> Step:
         """The probe could not reach the host: retry after an exponential backoff with jitter,

@@ -7,14 +7,17 @@ simulator's cold start is shortened (SIM_SPEED, SIM_WARMUP_SECONDS) and the role
 from __future__ import annotations
 
 import json
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.figures import record
 from tests.harness.fleet import Fleet
 from tests.integration.conftest import REPO, RunPlaybook
+from tests.integration.test_wait_ready import journal_time
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 UNIT = "sglang.service"
@@ -241,3 +244,21 @@ def test_playbook_runs_by_its_collection_name_with_survey_values(fleet: Fleet, h
     assert "[local-moe-config] x8 on 8 ranks" in out
     assert "[sglang-kernel-config-missing]" not in out
     assert fleet.unit_property(host, "ActiveState") == "active"
+
+
+@pytest.mark.parametrize(("phase", "failure"), [("loading_weights", "cuda_oom"), ("capturing_cuda_graphs", "nccl")])
+def test_a_crash_fails_the_host_soon_after_its_fatal_line(
+    fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path, phase: str, failure: str
+) -> None:
+    """The whole role, reports written: how long from the fatal line reaching the journal to the failed run."""
+    host = hosts[0]
+    start_all(fleet, [host])
+    fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_PHASE=phase, SIM_FAILURE=failure)
+    run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
+    ended = time.time()
+    assert run.returncode != 0, run
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    assert report["reason"] == "fatal_log" and report["fatal"], report["msg"]
+    delay = ended - journal_time(fleet, host, report["invocation_id"], "Scheduler hit an exception")
+    record(f"\nrestart role, crash in {phase} ({failure}): the host failed {delay:.2f} s after the fatal line reached the journal (reports written)")
+    assert delay < 10, delay

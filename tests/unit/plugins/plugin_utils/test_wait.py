@@ -187,8 +187,23 @@ def test_evidence_of_a_failure_keeps_the_last_lines_and_when_it_was_seen() -> No
 )
 def test_the_unit_going_away_fails_the_start(state: dict[str, t.Any], reason: str) -> None:
     clock, target = Clock(), Target()
-    outcome = drive(new_wait(clock), clock, [(0.1, target.probe(0)), (5, target.probe(LOADING, state=state))])
+    steps = [(0.1, target.probe(0)), (5, target.probe(LOADING, state=state)), (1, target.probe(state=state))]
+    outcome = drive(new_wait(clock), clock, steps)
     assert (outcome.verdict, outcome.reason) == ("fail", reason), outcome.msg
+
+
+def test_a_fatal_line_stored_just_after_the_process_died_still_names_the_crash() -> None:
+    """journald may store a dying process's last lines after systemd saw it exit: one last look."""
+    clock = Clock()
+    target = Target(READY_LOG[:LOADING] + FATAL)
+    exited = unit(ActiveState="activating", SubState="auto-restart", Result="signal", ExecMainStatus=9)
+    wait = new_wait(clock)
+    wait.begin()
+    wait.observe(target.probe(0), clock())
+    step = wait.observe(target.probe(LOADING, state=exited), clock())
+    assert isinstance(step, Probe) and not step.health and step.watch == 1.0
+    outcome = wait.observe(target.probe(LOADING + len(FATAL), state=exited), clock())
+    assert isinstance(outcome, Outcome) and outcome.reason == "fatal_log" and "systemd is about to restart it" in outcome.msg
 
 
 def test_a_crash_names_the_fatal_line_even_when_the_unit_failed_in_the_same_look() -> None:
