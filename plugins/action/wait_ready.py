@@ -21,6 +21,7 @@ from ansible.utils.display import Display
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
 display = Display()
@@ -112,6 +113,19 @@ class ActionModule(ActionBase):
             return result
         host = str(task_vars.get("inventory_hostname", "host"))
         wait = Wait(Settings.from_args(args, host), time.monotonic())
-        result.update(run_wait(wait, Transport(self, wait, args, task_vars), time.monotonic, time.sleep, display.display))
+        channel = None
+        if wait.in_deployment:
+            try:
+                channel = FileChannel(args["channel"], host, wait.settings.peers)
+            except ChannelError as exc:
+                result.update(failed=True, reason="invalid_options", msg=str(exc))
+                return result
+        try:
+            result.update(run_wait(wait, Transport(self, wait, args, task_vars), time.monotonic, time.sleep, display.display, channel))
+        except BaseException as exc:
+            if channel is not None and wait.outcome is None:
+                # the other nodes must not wait for a node whose wait broke down
+                channel.publish({"host": host, "rank": wait.settings.node_rank, "state": "failed", "reason": "probe_failed", "msg": f"the wait broke down: {exc}"})
+            raise
         result["ended_at"] = round(time.time(), 3)
         return result

@@ -51,6 +51,12 @@ WAIT_OPTIONS: Spec = {
     "invocation_id": {"type": "str"},
     "previous_invocation_id": {"type": "str"},
     "connection_retries": {"type": "int", "default": 5},
+    # a node of a multi-node deployment: its rank, the other nodes (host -> rank), and the
+    # controller directory through which the nodes' waits see each other
+    "deployment": {"type": "str"},
+    "node_rank": {"type": "int", "default": 0},
+    "peers": {"type": "dict", "default": {}},
+    "channel": {"type": "path"},
 }
 
 
@@ -87,6 +93,27 @@ def wait_option_problems(args: t.Mapping[str, t.Any]) -> list[str]:
         if name in args and not _at_least(args[name], 1):
             problems.append(f"{name} must be a whole number >= 1, got {args[name]!r}")
     problems.extend(stall_limit_problems(args.get("stall_limits")))
+    problems.extend(deployment_problems(args))
+    return problems
+
+
+def deployment_problems(args: t.Mapping[str, t.Any]) -> list[str]:
+    """A node of a deployment needs its deployment's name, a rank, peers with ranks, and a channel."""
+    rank, peers = args.get("node_rank", 0), args.get("peers") or {}
+    problems = []
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        problems.append(f"node_rank must be a whole number >= 0, got {rank!r}")
+    if not isinstance(peers, t.Mapping):
+        return [*problems, f"peers must be a mapping of host to node rank, got {type(peers).__name__} {peers!r}"]
+    for host, peer_rank in peers.items():
+        if isinstance(peer_rank, bool) or not _number(peer_rank) >= 0 or float(peer_rank) != int(float(peer_rank)):
+            problems.append(f"peers: the rank of {host} must be a whole number >= 0, got {peer_rank!r}")
+    if peers and not args.get("deployment"):
+        problems.append("peers are given but deployment is not: name the deployment the nodes belong to")
+    if peers and not args.get("channel"):
+        problems.append("peers are given but channel is not: the nodes' waits need a directory on the controller to see each other")
+    if not peers and rank:
+        problems.append(f"node_rank {rank} without peers: a node of rank >= 1 belongs to a deployment (give peers, deployment and channel)")
     return problems
 
 
