@@ -125,7 +125,9 @@ class ActionModule(ActionBase):
         except BaseException as exc:
             if channel is not None and wait.outcome is None:
                 # the other nodes must not wait for a node whose wait broke down
-                channel.publish({"host": host, "rank": wait.settings.node_rank, "state": "failed", "reason": "probe_failed", "msg": f"the wait broke down: {exc}"})
+                channel.publish(
+                    {"host": host, "rank": wait.settings.node_rank, "state": "failed", "reason": "probe_failed", "msg": f"the wait broke down: {exc}"}
+                )
             raise
         result["ended_at"] = round(time.time(), 3)
         return result

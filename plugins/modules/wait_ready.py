@@ -32,7 +32,7 @@ description:
     as one. Run this task on every node at once (normal Ansible forks) with O(deployment), O(node_rank), O(peers) and
     O(channel). Node 0 has the full gates; a node of rank 1 or more passes when its unit is active, its own journal
     shows its schedulers ready (SGLang then starts a placeholder health server there), nothing fatal was logged, it
-    stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally: its answers are recorded
+    stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally, so its answers are recorded
     (RV(health.placeholder)) and never counted. Node 0 passes only when every other node is ready.
   - The nodes' waits see each other through files in O(channel) on the controller. When one node's wait fails, the
     others take one last look (up to 3 s) at their own journal, for the consequences the failure caused there, and

@@ -133,8 +133,7 @@ def _rank_problems(name: str, nodes: t.Sequence[Node]) -> list[str]:
     missing = [rank for rank in range(max(ranks, default=-1) + 1) if rank not in by_rank and rank != 0]
     if missing:
         problems.append(
-            f"deployment {name}: node rank(s) {', '.join(map(str, missing))} missing (ranks: {', '.join(map(str, ranks))}; "
-            "the ranks of N nodes are 0 to N-1)"
+            f"deployment {name}: node rank(s) {', '.join(map(str, missing))} missing (ranks: {', '.join(map(str, ranks))}; the ranks of N nodes are 0 to N-1)"
         )
     return problems
 

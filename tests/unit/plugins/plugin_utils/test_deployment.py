@@ -88,7 +88,15 @@ def test_a_batch_larger_than_the_forks_is_refused() -> None:
 
 def report(host: str, rank: int, verdict: str, reason: str, realtime: int | None = None, ended_at: float = 0.0, msg: str = "") -> dict[str, t.Any]:
     first = {"message": f"fatal on {host}", "rule": "x", "ranks": [], "line": 10, "timestamp": None, "realtime": realtime} if realtime else None
-    return {"host": host, "node_rank": rank, "verdict": verdict, "reason": reason, "msg": msg or f"{host}: {reason}", "first_fatal": first, "ended_at": ended_at}
+    return {
+        "host": host,
+        "node_rank": rank,
+        "verdict": verdict,
+        "reason": reason,
+        "msg": msg or f"{host}: {reason}",
+        "first_fatal": first,
+        "ended_at": ended_at,
+    }
 
 
 def test_the_root_cause_is_the_earliest_fatal_line_in_journal_time() -> None:

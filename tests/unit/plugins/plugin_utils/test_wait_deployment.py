@@ -18,7 +18,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import JOI
 from tests.unit.plugins.plugin_utils.test_wait import CAPTURING, FATAL, LOADING, READY, READY_LOG, REFUSED, Clock, Target, health, new_wait
 
 DUMMY_SERVER = "[2025-03-08 12:29:30] Starting dummy health check server at 0.0.0.0:30000"
-NODE1_LOG = READY_LOG[:CAPTURING] + [DUMMY_SERVER]
+NODE1_LOG = [*READY_LOG[:CAPTURING], DUMMY_SERVER]
 PEER_LOST = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:5000"
 
 
@@ -81,7 +81,7 @@ def test_a_node_of_rank_1_never_counts_its_placeholder_health_and_waits_for_node
 
 
 def test_a_failed_peer_ends_the_wait_after_a_last_look_at_its_own_journal() -> None:
-    clock, target = Clock(), Target(READY_LOG[:LOADING] + [PEER_LOST])
+    clock, target = Clock(), Target([*READY_LOG[:LOADING], PEER_LOST])
     wait = node_wait(clock, 0, {"gpu1": 1})
     wait.begin()
     step(wait, clock, 0.1, target.probe(0), peer("gpu1", 1, "waiting"))
@@ -98,7 +98,7 @@ def test_a_failed_peer_ends_the_wait_after_a_last_look_at_its_own_journal() -> N
 
 
 def test_the_last_look_keeps_the_consequence_this_node_logged() -> None:
-    clock, target = Clock(), Target(READY_LOG[:LOADING] + [PEER_LOST])
+    clock, target = Clock(), Target([*READY_LOG[:LOADING], PEER_LOST])
     wait = node_wait(clock, 0, {"gpu1": 1})
     wait.begin()
     step(wait, clock, 0.1, target.probe(0), peer("gpu1", 1, "waiting"))
