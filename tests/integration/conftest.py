@@ -1,7 +1,7 @@
 """Fixtures for integration tests against real systemd hosts (systemd-nspawn containers over SSH).
 
 ``fleet`` (session): a booted :class:`tests.harness.fleet.Fleet` of ``$INFEROPS_FLEET_HOSTS`` hosts
-(default 3), torn down at the end of the session, also when tests fail or on Ctrl-C.
+(default 4: two deployments of two nodes), torn down at the end of the session, also when tests fail or on Ctrl-C.
 ``sim_host`` (function): the first host with the simulator stopped, reset and without a scenario.
 ``ansible_bin``: the directory of the ansible executables of this interpreter's venv.
 ``run_playbook``: a callable that runs ``ansible-playbook`` for real against the fleet.
@@ -21,7 +21,7 @@ import pytest
 
 from tests.harness.fleet import Fleet, missing_prerequisites
 
-DEFAULT_HOSTS = 3
+DEFAULT_HOSTS = 4
 
 
 @pytest.fixture(scope="session")
