@@ -11,9 +11,12 @@ ends the wait at once.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 import typing as t
 
+from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -29,6 +32,20 @@ display = Display()
 PROBE_MODULE = "inferops.runbooks.service_probe"
 ARGUMENT_SPEC = wait_argument_spec()
 TAIL_LINES = 20
+CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def channel_directory(name: str) -> str:
+    """The directory of a deployment's channel: in Ansible's temporary directory of this run on the
+    controller, which every worker process shares and Ansible removes when the run ends."""
+    if not CHANNEL_NAME.match(name or ""):
+        raise ChannelError(f"channel {name!r} must be a name of letters, digits, '.', '_' and '-'")
+    directory = os.path.join(C.DEFAULT_LOCAL_TMP, "inferops-deployments", name)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ChannelError(f"cannot make the channel directory {directory} on the controller: {exc}") from None
+    return directory
 
 
 class Transport:
@@ -116,7 +133,7 @@ class ActionModule(ActionBase):
         channel = None
         if wait.in_deployment:
             try:
-                channel = FileChannel(args["channel"], host, wait.settings.peers)
+                channel = FileChannel(channel_directory(args["channel"]), host, wait.settings.peers)
             except ChannelError as exc:
                 result.update(failed=True, reason="invalid_options", msg=str(exc))
                 return result

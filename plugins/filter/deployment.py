@@ -57,6 +57,17 @@ def deployment_rollout(deployments: t.Any, batch_size: t.Any = 1, forks: t.Any =
         raise AnsibleFilterError(f"deployment_rollout: batch_size and forks must be whole numbers, got {batch_size!r} and {forks!r}") from None
 
 
+def deployment_node(deployments: t.Any, host: t.Any) -> dict[str, t.Any]:
+    """One host's deployment, rank and peers."""
+    if not isinstance(deployments, list):
+        raise AnsibleFilterError(f"deployment_node: input must be the list the deployments filter returns, got {type(deployments).__name__}")
+    for item in deployments:
+        found = _deployment(item)
+        if any(node.host == host for node in found.nodes):
+            return found.node_of(str(host))
+    raise AnsibleFilterError(f"deployment_node: {host} is in none of the deployments ({', '.join(str(item.get('name')) for item in deployments)})")
+
+
 def deployment_verdict_filter(reports: t.Any, name: t.Any) -> dict[str, t.Any]:
     """One verdict for a deployment from its nodes' reports."""
     if not isinstance(reports, list) or not all(isinstance(report, t.Mapping) for report in reports):
@@ -71,4 +82,9 @@ class FilterModule:
     """inferops.runbooks deployment filters."""
 
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"deployments": deployments, "deployment_rollout": deployment_rollout, "deployment_verdict": deployment_verdict_filter}
+        return {
+            "deployments": deployments,
+            "deployment_node": deployment_node,
+            "deployment_rollout": deployment_rollout,
+            "deployment_verdict": deployment_verdict_filter,
+        }

@@ -56,7 +56,7 @@ WAIT_OPTIONS: Spec = {
     "deployment": {"type": "str"},
     "node_rank": {"type": "int", "default": 0},
     "peers": {"type": "dict", "default": {}},
-    "channel": {"type": "path"},
+    "channel": {"type": "str"},
 }
 
 
@@ -111,7 +111,7 @@ def deployment_problems(args: t.Mapping[str, t.Any]) -> list[str]:
     if peers and not args.get("deployment"):
         problems.append("peers are given but deployment is not: name the deployment the nodes belong to")
     if peers and not args.get("channel"):
-        problems.append("peers are given but channel is not: the nodes' waits need a directory on the controller to see each other")
+        problems.append("peers are given but channel is not: the nodes' waits need a channel name, new for each restart, to see each other")
     if not peers and rank:
         problems.append(f"node_rank {rank} without peers: a node of rank >= 1 belongs to a deployment (give peers, deployment and channel)")
     return problems

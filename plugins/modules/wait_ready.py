@@ -34,7 +34,7 @@ description:
     shows its schedulers ready (SGLang then starts a placeholder health server there), nothing fatal was logged, it
     stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally, so its answers are recorded
     (RV(health.placeholder)) and never counted. Node 0 passes only when every other node is ready.
-  - The nodes' waits see each other through files in O(channel) on the controller. When one node's wait fails, the
+  - The nodes' waits see each other through files on the controller (O(channel)). When one node's wait fails, the
     others take one last look (up to 3 s) at their own journal, for the consequences the failure caused there, and
     fail with reason V(peer_failed) naming the node, within seconds.
 author:
@@ -148,10 +148,11 @@ options:
     default: {}
   channel:
     description:
-      - A directory on the controller through which the nodes' waits of one deployment see each other (each writes
-        C(<inventory_hostname>.json) there). It must exist, and be new for each restart of the deployment.
+      - A name the nodes' waits of one restart of a deployment share, new for each restart (for example the deployment's
+        name and the time of the restart). The waits see each other through files (C(<inventory_hostname>.json)) in a
+        directory of that name in Ansible's temporary directory of the run on the controller, removed when the run ends.
       - Required with O(peers).
-    type: path
+    type: str
 notes:
   - Reasons (RV(reason)) are V(ready) on success, and on failure V(fatal_log) (a fatal line, or with O(strict) an
     unrecognised one), V(unit_failed), V(unit_inactive), V(restarted), V(stalled), V(budget_exhausted),

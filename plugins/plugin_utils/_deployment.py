@@ -45,6 +45,18 @@ class Deployment:
             "multi_node": self.multi_node,
             "hosts": [node.host for node in self.nodes],
             "nodes": [{"host": node.host, "rank": node.rank} for node in self.nodes],
+            "ranks": {node.host: node.rank for node in self.nodes},
+        }
+
+    def node_of(self, host: str) -> dict[str, t.Any]:
+        """One host's place in the deployment: its rank and the other nodes (host -> rank)."""
+        ranks = {node.host: node.rank for node in self.nodes}
+        return {
+            "deployment": self.name if self.multi_node else None,
+            "multi_node": self.multi_node,
+            "rank": ranks[host],
+            "hosts": [node.host for node in self.nodes],
+            "peers": {peer: rank for peer, rank in ranks.items() if peer != host},
         }
 
 
@@ -186,6 +198,14 @@ def _root_cause(nodes: t.Sequence[t.Mapping[str, t.Any]]) -> t.Mapping[str, t.An
     return failed[0] if failed else None
 
 
+def _progress_text(report: t.Mapping[str, t.Any]) -> str | None:
+    """The progress bar's text when it is of the phase the node reached (``loading weights 50% (82/163 shards)``)."""
+    progress = report.get("progress")
+    if isinstance(progress, t.Mapping) and progress.get("phase") == report.get("phase"):
+        return str(progress.get("text") or "") or None
+    return None
+
+
 def _node_summary(report: t.Mapping[str, t.Any], root: t.Mapping[str, t.Any] | None) -> dict[str, t.Any]:
     first = report.get("first_fatal")
     summary = {
@@ -195,7 +215,7 @@ def _node_summary(report: t.Mapping[str, t.Any], root: t.Mapping[str, t.Any] | N
         "reason": report.get("reason"),
         "msg": report.get("msg"),
         "phase": report.get("phase"),
-        "progress": (report.get("progress") or {}).get("text") if isinstance(report.get("progress"), t.Mapping) else None,
+        "progress": _progress_text(report),
         "health": report.get("health") or {},
         "invocation_id": report.get("invocation_id"),
         "previous_invocation_id": report.get("previous_invocation_id"),

@@ -283,8 +283,8 @@ class Wait:
         for host, rank in sorted(self.settings.peers.items(), key=lambda item: item[1]):
             state = self.peer_states.get(host, {})
             if state.get("state") not in (("passed",) if rank == 0 else ("ready", "passed")):
-                where = str(state.get("phase") or "not started").replace("_", " ")
-                pending.append(f"{host} (node {rank}: {state.get('state') or 'no news'}, {where})")
+                name, where = str(state.get("state") or "no news"), str(state.get("phase") or "not started").replace("_", " ")
+                pending.append(f"{host} (node {rank}: {name}{'' if where == name else ', ' + where})")
         return ", ".join(pending)
 
     def first_fatal(self) -> FatalLine | None:
@@ -529,11 +529,11 @@ class Wait:
         progress = total.get("progress")
         if self.placeholder_health and (self.soak_started is not None or phase == "ready"):
             placeholder = f"placeholder {health_text(self.health)}, not counted"
-            if self.soak_started is not None and self.now - self.soak_started >= self.settings.soak:
+            if self.soak_started is not None and self.now - self.soak_started >= self.settings.soak and self._waiting_for():
                 return f"ready (own evidence; {placeholder}), waiting for {self._waiting_for()}"
             return f"ready (own evidence; {placeholder})" + (f", soaking {human(self.settings.soak)}" if self.soak_started is not None else "")
         if self.soak_started is not None:
-            if self.in_deployment and self.now - self.soak_started >= self.settings.soak:
+            if self.in_deployment and self.now - self.soak_started >= self.settings.soak and self._waiting_for():
                 return f"ready ({health_text(self.health)}), waiting for {self._waiting_for()}"
             return f"ready, soaking {human(self.settings.soak)} ({health_text(self.health)})"
         if phase == "ready":
