@@ -80,11 +80,18 @@ RunPlaybook = Callable[..., PlaybookRun]
 
 @pytest.fixture(scope="session")
 def run_playbook(fleet: Fleet, ansible_bin: Path) -> RunPlaybook:
-    """``run_playbook(playbook, *args, extra_vars={...}, limit=None, timeout=600)``: a real
-    ``ansible-playbook`` run from the repository root against the fleet's inventory."""
+    """``run_playbook(playbook, *args, extra_vars={...}, limit=None, timeout=600, inventory=None)``: a real
+    ``ansible-playbook`` run from the repository root against the fleet's inventory (or another one)."""
 
-    def run(playbook: str | Path, *args: str, extra_vars: dict[str, object] | None = None, limit: str | None = None, timeout: float = 600) -> PlaybookRun:
-        cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(playbook), *args]
+    def run(
+        playbook: str | Path,
+        *args: str,
+        extra_vars: dict[str, object] | None = None,
+        limit: str | None = None,
+        timeout: float = 600,
+        inventory: Path | None = None,
+    ) -> PlaybookRun:
+        cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(inventory or fleet.inventory), str(playbook), *args]
         if extra_vars:
             cmd += ["-e", json.dumps(extra_vars)]
         if limit:
