@@ -397,6 +397,8 @@ class Wait:
         self._check_same_start()
         self._check_journal()
         self._check_unit()
+        if self.peer_failure is not None:
+            return  # the last look after a peer failed: a stall here is the peer's doing, not news
         if self.soak_started is not None:
             self._check_soak()
             return

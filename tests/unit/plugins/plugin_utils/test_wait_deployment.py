@@ -175,3 +175,17 @@ def test_the_channel_ignores_missing_and_half_written_files_and_refuses_a_missin
     assert channel.read() == {}
     with pytest.raises(ChannelError, match="does not exist on the controller"):
         FileChannel(str(tmp_path / "nope"), "gpu0", [])
+
+
+def test_the_last_look_does_not_blame_this_node_for_the_stall_its_peer_caused() -> None:
+    """Node 0 waits at a collective for node 1, which hung: when node 1's stall is reported, node
+    0's own stall limit may run out during its last look; it still fails because of its peer."""
+    clock, target = Clock(), Target()
+    wait = new_wait(clock, host="gpu0", deployment="dsr1", node_rank=0, peers={"gpu1": 1}, stall_limit=8.0)
+    wait.begin()
+    step(wait, clock, 0.1, target.probe(LOADING), peer("gpu1", 1, "waiting"))
+    clock.now += 7.5
+    assert isinstance(wait.peers_seen(peer("gpu1", 1, "failed", "stalled", "no progress in phase loading weights for 9s"), clock()), Probe)
+    clock.now += 3.0  # the last look: 10.5 s without progress here too
+    outcome = wait.observe(target.probe(), clock())
+    assert isinstance(outcome, Outcome) and outcome.reason == "peer_failed" and "failed (stalled)" in outcome.msg
