@@ -33,7 +33,7 @@ description:
     O(channel). Node 0 has the full gates; a node of rank 1 or more passes when its unit is active, its own journal
     shows its schedulers ready (SGLang then starts a placeholder health server there), nothing fatal was logged, it
     stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally, so its answers are recorded
-    (RV(health.placeholder)) and never counted. Node 0 passes only when every other node is ready.
+    (C(placeholder) in RV(health)) and never counted. Node 0 passes only when every other node is ready.
   - The nodes' waits see each other through files on the controller (O(channel)). When one node's wait fails, the
     others take one last look (up to 3 s) at their own journal, for the consequences the failure caused there, and
     fail with reason V(peer_failed) naming the node, within seconds.

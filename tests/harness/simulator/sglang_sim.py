@@ -298,7 +298,7 @@ class Config:
 
 def _dist_init_addr(env: Mapping[str, str]) -> tuple[str, int]:
     raw = env.get("SIM_DIST_INIT_ADDR", "").strip()
-    host, _, port = raw.rpartition(":")
+    host, _colon, port = raw.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"SIM_DIST_INIT_ADDR={raw!r} must be HOST:PORT (needed with SIM_NNODES > 1)")
     return host, int(port)
@@ -681,7 +681,7 @@ class DistGroup:
                     )
                 stop.sleep(0)
                 try:
-                    conn, _ = listener.accept()
+                    conn, _address = listener.accept()
                 except TimeoutError:
                     continue
                 self._greet(conn)

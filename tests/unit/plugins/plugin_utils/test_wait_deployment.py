@@ -47,7 +47,7 @@ def test_node_0_passes_only_once_every_other_node_is_ready() -> None:
     for seconds, upto, answer in ((0.1, 0, None), (5, LOADING, REFUSED), (5, CAPTURING, REFUSED), (5, READY, health(200))):
         assert isinstance(step(wait, clock, seconds, target.probe(upto, answer=answer), peer("gpu1", 1, "waiting")), Probe)
     # healthy through the soak and beyond, but node 1 is not ready: no pass, and no busy loop either
-    for _ in range(4):
+    for _look in range(4):
         probe = step(wait, clock, 2, target.probe(answer=health(200)), peer("gpu1", 1, "waiting"))
         assert isinstance(probe, Probe) and 0 < probe.watch <= PEER_POLL
     assert wait.node_state()["state"] == "ready"
@@ -70,7 +70,7 @@ def test_a_node_of_rank_1_never_counts_its_placeholder_health_and_waits_for_node
     # its own evidence: the schedulers are ready and the placeholder server starts
     assert isinstance(step(wait, clock, 5, target.probe(len(NODE1_LOG), answer=health(200)), peer("gpu0", 0, "waiting")), Probe)
     assert wait.node_state()["state"] == "ready"
-    for _ in range(3):
+    for _look in range(3):
         assert isinstance(step(wait, clock, 2, target.probe(answer=health(200)), peer("gpu0", 0, "ready")), Probe)
     messages = " ".join(wait.take_messages())
     assert "gpu1 (node 1 of dsr1): sglang.service ready (own evidence; placeholder health 200, not counted)" in messages
