@@ -106,7 +106,8 @@ def deployment_problems(args: t.Mapping[str, t.Any]) -> list[str]:
     if not isinstance(peers, t.Mapping):
         return [*problems, f"peers must be a mapping of host to node rank, got {type(peers).__name__} {peers!r}"]
     for host, peer_rank in peers.items():
-        if isinstance(peer_rank, bool) or not _number(peer_rank) >= 0 or float(peer_rank) != int(float(peer_rank)):
+        number = _number(peer_rank)
+        if not _at_least(peer_rank, 0) or not math.isfinite(number) or number != int(number):
             problems.append(f"peers: the rank of {host} must be a whole number >= 0, got {peer_rank!r}")
     if peers and not args.get("deployment"):
         problems.append("peers are given but deployment is not: name the deployment the nodes belong to")
