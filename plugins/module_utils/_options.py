@@ -128,13 +128,9 @@ def deployment_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[s
     if peers and not args.get("deployment"):
         problems.append(f"{prefix}peers are given but {prefix}deployment is not: name the deployment the nodes belong to")
     if peers and not args.get("channel"):
-        problems.append(
-            f"{prefix}peers are given but {prefix}channel is not: the nodes' waits need a channel name, new for each restart, to see each other"
-        )
+        problems.append(f"{prefix}peers are given but {prefix}channel is not: the nodes' waits need a channel name, new for each restart, to see each other")
     if not peers and rank:
-        problems.append(
-            f"{prefix}node_rank {_shown(rank)} without peers: a node of rank >= 1 belongs to a deployment (give peers, deployment and channel)"
-        )
+        problems.append(f"{prefix}node_rank {_shown(rank)} without peers: a node of rank >= 1 belongs to a deployment (give peers, deployment and channel)")
     return problems
 
 

@@ -341,8 +341,7 @@ def precheck_verdict(observed: Observed, look: _Look, failure: t.Mapping[str, t.
     ready_line = look.journal.get("ready_line") or "?"
     if _placeholder(observed):
         return "ready", (
-            f"{unit} is active (running), its journal shows its schedulers ready at line {ready_line}, nothing fatal logged "
-            "(placeholder health not counted)"
+            f"{unit} is active (running), its journal shows its schedulers ready at line {ready_line}, nothing fatal logged (placeholder health not counted)"
         )
     return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line}, nothing fatal logged"
 
