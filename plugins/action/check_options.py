@@ -18,6 +18,7 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import ROLE_SPECS, check_role_values, rule_problems
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, topology
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 ARGUMENT_SPEC: dict[str, t.Any] = {
@@ -75,17 +76,19 @@ class ActionModule(ActionBase):
         problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, rules)
         others = [name for name in args["hosts"] if name != host]
         other_problems, other_rule_lines = self._check_others(role, others, task_vars, rules, set(problems + rule_lines))
-        every = problems + other_problems + rule_lines + other_rule_lines
+        node, topology_problems = deployment_node(host, task_vars)
+        every = problems + other_problems + topology_problems + rule_lines + other_rule_lines
         if every:
+            reason = "invalid_options" if problems or other_problems else "invalid_topology" if topology_problems else "invalid_rules"
             result.update(
                 failed=True,
-                reason="invalid_options" if problems or other_problems else "invalid_rules",
+                reason=reason,
                 problems=every,
                 msg=f"Refusing to run {role} on {host}, nothing was touched: " + "; ".join(every),
             )
             return result
         public = {name: value for name, value in values.items() if not ROLE_SPECS[role][name].get("no_log")}
-        result.update(changed=False, options=public, msg=f"{role}: every variable and rule checked ({1 + len(others)} host(s))")
+        result.update(changed=False, options=public, node=node, msg=f"{role}: every variable and rule checked ({1 + len(others)} host(s))")
         return result
 
     def _check(self, role: str, lookup: Lookup, has: t.Callable[[str], bool], rules: RulesOnce) -> tuple[list[str], list[str], dict[str, t.Any]]:
@@ -142,6 +145,22 @@ class ActionModule(ActionBase):
                 if isinstance(addresses, (list, tuple)):
                     names.extend(str(address) for address in addresses)
         return names
+
+
+def deployment_node(host: str, task_vars: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], list[str]]:
+    """This host's place in its deployment (sglang_deployment, sglang_node_rank) among the hosts of
+    its batch, and the problems of the batch's topology: a node of a multi-node deployment is refused
+    with the rest, before anything is touched, when the deployment is wrong or split across batches."""
+    batch = [str(name) for name in task_vars.get("ansible_play_batch") or [host]]
+    groups = task_vars.get("groups") or {}
+    try:
+        found = topology(batch, task_vars.get("hostvars") or {}, [str(name) for name in groups.get("all") or []])
+    except TopologyError as exc:
+        return {}, [f"the deployments are wrong: {exc}"]
+    for deployment in found:
+        if any(node.host == host for node in deployment.nodes):
+            return deployment.node_of(host), []
+    return {"deployment": None, "multi_node": False, "rank": 0, "hosts": [host], "peers": {}}, []
 
 
 def _on_hosts(problems: dict[str, list[str]]) -> list[str]:

@@ -11,9 +11,12 @@ ends the wait at once.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 import typing as t
 
+from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -21,6 +24,7 @@ from ansible.utils.display import Display
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
 display = Display()
@@ -28,6 +32,20 @@ display = Display()
 PROBE_MODULE = "inferops.runbooks.service_probe"
 ARGUMENT_SPEC = wait_argument_spec()
 TAIL_LINES = 20
+CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def channel_directory(name: str) -> str:
+    """The directory of a deployment's channel: in Ansible's temporary directory of this run on the
+    controller, which every worker process shares and Ansible removes when the run ends."""
+    if not CHANNEL_NAME.match(name or ""):
+        raise ChannelError(f"channel {name!r} must be a name of letters, digits, '.', '_' and '-'")
+    directory = os.path.join(C.DEFAULT_LOCAL_TMP, "inferops-deployments", name)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ChannelError(f"cannot make the channel directory {directory} on the controller: {exc}") from None
+    return directory
 
 
 class Transport:
@@ -112,6 +130,21 @@ class ActionModule(ActionBase):
             return result
         host = str(task_vars.get("inventory_hostname", "host"))
         wait = Wait(Settings.from_args(args, host), time.monotonic())
-        result.update(run_wait(wait, Transport(self, wait, args, task_vars), time.monotonic, time.sleep, display.display))
+        channel = None
+        if wait.in_deployment:
+            try:
+                channel = FileChannel(channel_directory(args["channel"]), host, wait.settings.peers)
+            except ChannelError as exc:
+                result.update(failed=True, reason="invalid_options", msg=str(exc))
+                return result
+        try:
+            result.update(run_wait(wait, Transport(self, wait, args, task_vars), time.monotonic, time.sleep, display.display, channel))
+        except BaseException as exc:
+            if channel is not None and wait.outcome is None:
+                # the other nodes must not wait for a node whose wait broke down
+                channel.publish(
+                    {"host": host, "rank": wait.settings.node_rank, "state": "failed", "reason": "probe_failed", "msg": f"the wait broke down: {exc}"}
+                )
+            raise
         result["ended_at"] = round(time.time(), 3)
         return result

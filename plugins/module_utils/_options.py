@@ -63,6 +63,12 @@ WAIT_OPTIONS: Spec = {
     "invocation_id": {"type": "str"},
     "previous_invocation_id": {"type": "str"},
     "connection_retries": {"type": "int", "default": 5},
+    # a node of a multi-node deployment: its rank, the other nodes (host -> rank), and the
+    # controller directory through which the nodes' waits see each other
+    "deployment": {"type": "str"},
+    "node_rank": {"type": "int", "default": 0},
+    "peers": {"type": "dict", "default": {}},
+    "channel": {"type": "str"},
 }
 
 
@@ -103,6 +109,28 @@ def wait_option_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[
         if name in args and not _at_least(args[name], 1):
             problems.append(f"{prefix}{name} must be a whole number >= 1, got {args[name]!r}")
     problems.extend(stall_limit_problems(args.get("stall_limits"), prefix))
+    problems.extend(deployment_problems(args, prefix))
+    return problems
+
+
+def deployment_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    """A node of a deployment needs its deployment's name, a rank, peers with ranks, and a channel."""
+    rank, peers = args.get("node_rank", 0), args.get("peers") or {}
+    problems = []
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        problems.append(f"{prefix}node_rank must be a whole number >= 0, got {_shown(rank)}")
+    if not isinstance(peers, t.Mapping):
+        return [*problems, f"{prefix}peers must be a mapping of host to node rank, got {_got(peers)}"]
+    for host, peer_rank in peers.items():
+        number = _number(peer_rank)
+        if not _at_least(peer_rank, 0) or not math.isfinite(number) or number != int(number):
+            problems.append(f"{prefix}peers: the rank of {host} must be a whole number >= 0, got {_shown(peer_rank)}")
+    if peers and not args.get("deployment"):
+        problems.append(f"{prefix}peers are given but {prefix}deployment is not: name the deployment the nodes belong to")
+    if peers and not args.get("channel"):
+        problems.append(f"{prefix}peers are given but {prefix}channel is not: the nodes' waits need a channel name, new for each restart, to see each other")
+    if not peers and rank:
+        problems.append(f"{prefix}node_rank {_shown(rank)} without peers: a node of rank >= 1 belongs to a deployment (give peers, deployment and channel)")
     return problems
 
 

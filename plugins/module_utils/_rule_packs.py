@@ -303,7 +303,7 @@ SGLANG: RulePack = [
         "id": "sglang-scheduler-failure",
         "class": "fatal",
         "pattern": r"hit an exception|scheduler is dead|Received sigquit from a child proces|Initialization failed"
-        r"|Exit code: -\d+|terminated with \d+",
+        r"|Exit code: -\d+|terminated with -?\d+",
         "reason": "An SGLang subprocess died; the server shuts down.",
         "reference": f"{SGLANG_ISSUES}/4289",
     },
@@ -320,6 +320,15 @@ SGLANG: RulePack = [
         "pattern": r"The server is fired up and ready to roll",
         "reason": "SGLang's warmup generation succeeded.",
         "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "phase": "ready",
+    },
+    {
+        "id": "sglang-nonzero-rank-ready",
+        "class": "ready",
+        "pattern": r"(?:Starting|Dummy) health check server (?:at|scheduled)|Starting dummy health check server",
+        "reason": "A node of rank >= 1 of a multi-node server: its schedulers are ready and it starts a placeholder health "
+        "server whose /health answers 200 unconditionally (only node 0 runs the API and prints the ready marker).",
+        "reference": "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/entrypoints/engine.py",
         "phase": "ready",
     },
     {

@@ -30,8 +30,9 @@ STAGE_REASONS = {
     "wait": "wait_error",
     "smoke": "smoke_failed",
     "probe": "probe_failed",
+    "deployment": "peer_failed",  # a node of a multi-node deployment stopped because a peer did not get through a step
 }
-VALIDATION_REASONS = ("invalid_options", "invalid_rules")
+VALIDATION_REASONS = ("invalid_options", "invalid_rules", "invalid_topology")
 REFUSAL_VERBS = {"sglang_restart": ("restart", "stopped or started"), "sglang_precheck": ("check", "started or stopped")}
 EXCERPT = 240
 
@@ -149,6 +150,32 @@ def _setting(observed: Observed, name: str, default: t.Any) -> t.Any:
     return given if isinstance(given, (str, bool, int, float)) else default
 
 
+def _node(observed: Observed) -> dict[str, t.Any]:
+    """The host's place in a multi-node deployment (check_options' ``node``): its name and rank;
+    a single-node host has no deployment and rank 0."""
+    node = _mapping(observed.get("node"))
+    rank = node.get("rank")
+    return {
+        "deployment": _text(node.get("deployment")) or None,
+        "node_rank": rank if isinstance(rank, int) and not isinstance(rank, bool) else 0,
+    }
+
+
+def _first_fatal(fatal: t.Any) -> dict[str, t.Any] | None:
+    """The first fatal event with its journal time, to find across nodes where a failure began."""
+    first = _mapping(fatal[0]) if isinstance(fatal, list) and fatal else {}
+    if not first:
+        return None
+    return {
+        "message": _text(first.get("message")),
+        "rule": first.get("rule"),
+        "ranks": list(first.get("ranks") or []),
+        "line": first.get("first_line"),
+        "timestamp": first.get("first_timestamp"),
+        "realtime": first.get("first_realtime"),
+    }
+
+
 # -- sglang_restart -------------------------------------------------------------------------------
 
 
@@ -170,6 +197,9 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
         "previous_invocation_id": _text(before.get("InvocationID")),
         "invocation_id": _text(wait.get("invocation_id")),
         "restarts": wait.get("restarts", 0),
+        **_node(observed),
+        "first_fatal": wait.get("first_fatal"),
+        "ended_at": wait.get("ended_at"),
         "lines": wait.get("lines"),
         "phase": wait.get("phase"),
         "progress": wait.get("progress"),
@@ -268,6 +298,8 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
         "lines": journal.get("lines", 0),
         "journal_verdict": journal.get("verdict"),
         "journal_reason": journal.get("reason"),
+        **_node(observed),
+        "first_fatal": _first_fatal(journal.get("fatal")),
         **_evidence(journal, journal.get("tail"), [journal.get("gap")]),
     }
 
@@ -306,8 +338,18 @@ def precheck_verdict(observed: Observed, look: _Look, failure: t.Mapping[str, t.
         found = check(observed, look, unit, host)
         if found is not None:
             return found
-    ready_line = look.journal.get("ready_line")
-    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line or '?'}, nothing fatal logged"
+    ready_line = look.journal.get("ready_line") or "?"
+    if _placeholder(observed):
+        return "ready", (
+            f"{unit} is active (running), its journal shows its schedulers ready at line {ready_line}, nothing fatal logged (placeholder health not counted)"
+        )
+    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line}, nothing fatal logged"
+
+
+def _placeholder(observed: Observed) -> bool:
+    """A node of rank >= 1 of a multi-node server answers health from a placeholder (200 whatever
+    happens): its answer is recorded, not counted; its readiness is its own journal's evidence."""
+    return bool(_node(observed)["node_rank"] >= 1)
 
 
 def _fatal_note(look: _Look) -> str:
@@ -332,7 +374,7 @@ def _unit_not_active(observed: Observed, look: _Look, unit: str, host: str) -> t
 
 def _health_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
     status = look.health.get("status")
-    if status == 200:
+    if status == 200 or _placeholder(observed):
         return None
     url = _text(look.health.get("url")) or _text(_setting(observed, "health_url", ""))
     answer = f"answered HTTP {status}" if status is not None else f"did not answer: {_text(look.health.get('error')) or 'no probe'}"

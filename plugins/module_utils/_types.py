@@ -26,6 +26,7 @@ Reason = t.Literal[
     "journal_gap",
     "unreachable",
     "probe_failed",
+    "peer_failed",
     "invalid_options",
     "invalid_rules",
 ]
@@ -47,6 +48,7 @@ class Event(t.TypedDict, total=False):
     last_line: int
     first_timestamp: str | None
     last_timestamp: str | None
+    first_realtime: int | None
     context: list[str] | None
     traceback: list[str] | None
     suggested_rule: dict[str, t.Any] | None
@@ -129,3 +131,30 @@ class ProbeResult(t.TypedDict):
     unit: UnitState
     journal: JournalSliceReport
     health: HealthResult | None
+
+
+NodeStateName = t.Literal["waiting", "ready", "passed", "failed"]
+
+
+class FatalLine(t.TypedDict, total=False):
+    """The first fatal line of one node's start: where and when the journal got it."""
+
+    message: str
+    rule: str | None
+    ranks: list[str]
+    line: int | None
+    timestamp: str | None
+    realtime: int | None  # the journal record's __REALTIME_TIMESTAMP, microseconds since the epoch
+
+
+class NodeState(t.TypedDict, total=False):
+    """What one node's wait tells the other nodes of its deployment (the coordination channel)."""
+
+    host: str
+    rank: int
+    state: NodeStateName
+    reason: str | None
+    msg: str | None
+    phase: str
+    first_fatal: FatalLine | None
+    at: float  # seconds since the epoch when this state was written

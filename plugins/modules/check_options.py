@@ -21,7 +21,11 @@ description:
   - The rules are compiled with the engine's rule packs, as the target will compile them; a rule that cannot be used
     is named.
   - Fails with one message naming each variable that is wrong, its value (never the value of a secret) and what is
-    allowed; RV(reason) is V(invalid_rules) when only the rules are wrong, else V(invalid_options).
+    allowed; RV(reason) is V(invalid_rules) when only the rules are wrong, V(invalid_topology) when only the
+    deployments are, else V(invalid_options).
+  - The multi-node deployments of the hosts of the batch (host variables C(sglang_deployment), C(sglang_node_rank))
+    are checked in the same step - two nodes with one rank, no rank 0, a gap in the ranks, or a node left out of the
+    batch is refused - and the host's place in its deployment is returned in RV(node).
   - The roles P(inferops.runbooks.sglang_restart#role) and P(inferops.runbooks.sglang_precheck#role) run it first.
 author:
   - inferops.runbooks contributors (@inferops)
@@ -75,8 +79,15 @@ options:
   returned: success
   type: dict
   sample: {"unit": "sglang.service", "budget": 3600, "stall_limits": {"capturing_cuda_graphs": 1800}, "strict": false}
+node:
+  description:
+    - This host's place in its deployment - C(deployment) (null for a single-node host), C(multi_node), C(rank),
+      C(hosts) (the deployment's nodes by rank) and C(peers) (the other nodes, host to rank).
+  returned: success
+  type: dict
+  sample: {"deployment": "dsr1", "multi_node": true, "rank": 1, "hosts": ["gpu0", "gpu1"], "peers": {"gpu0": 0}}
 reason:
-  description: V(invalid_options), or V(invalid_rules) when only the rules are wrong.
+  description: V(invalid_options), V(invalid_topology) when only the deployments are wrong, or V(invalid_rules) when only the rules are.
   returned: failure
   type: str
   sample: invalid_options

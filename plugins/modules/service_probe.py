@@ -130,6 +130,8 @@ journal:
   description:
     - The classifier's report of the records read (see M(inferops.runbooks.journal_scan) for its keys),
       plus where to continue.
+    - Each fatal event also has C(first_realtime), the C(__REALTIME_TIMESTAMP) (microseconds since the epoch)
+      of its first line's journal record, or null.
   returned: always
   type: dict
   contains:
@@ -219,6 +221,7 @@ UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main pr
 JOURNALD_LAG = 0.3  # a dying process's last lines reach the journal a moment after it exits
 TRACEBACK_SETTLE = 0.8  # an open traceback is given this long to be written whole
 FATAL_SETTLE = 0.3  # after a fatal line, the other ranks' copies follow within this
+MAX_FATAL_TIMES = 1000
 
 
 def argument_spec() -> dict[str, t.Any]:
@@ -258,6 +261,7 @@ class Watch:
         self.state_at = time.monotonic()
         self.tail: deque[str] = deque(maxlen=max(tail_lines, 1))
         self.tail_lines = tail_lines
+        self.fatal_times: dict[int, int] = {}
 
     def refresh(self, force: bool = False) -> None:
         pid = int(self.state.get("MainPID") or 0)
@@ -267,10 +271,26 @@ class Watch:
             self.state_at = time.monotonic()
 
     def feed(self, records: t.Iterable[dict[str, t.Any]]) -> None:
+        scanner = self.scanner
         for record in records:
-            self.scanner.feed_records((record,))
+            fatal, opened = scanner.counts.get("fatal", 0), scanner.open_traceback
+            scanner.feed_records((record,))
             if self.tail_lines > 0:
                 self.tail.append(message_text(record))
+            if (scanner.counts.get("fatal", 0) != fatal or scanner.open_traceback != opened) and len(self.fatal_times) < MAX_FATAL_TIMES:
+                self.note_time(record)
+
+    def note_time(self, record: dict[str, t.Any]) -> None:
+        """The journal's time of a line that made or opened a fatal event (a traceback's first line
+        is the event's line): across the nodes of a deployment, the earliest says where it began."""
+        realtime = str(record.get("__REALTIME_TIMESTAMP") or "")
+        if realtime.isdigit():
+            number = self.scanner.open_traceback[0] if self.scanner.open_traceback else self.scanner.line_number
+            self.fatal_times.setdefault(number, int(realtime))
+
+    def stamp(self, report: dict[str, t.Any]) -> None:
+        for event in report.get("fatal") or []:
+            event["first_realtime"] = self.fatal_times.get(event.get("first_line"))
 
     @property
     def changed(self) -> bool:
@@ -345,6 +365,7 @@ def main() -> None:
     except (SystemdError, HealthURLError) as exc:
         module.fail_json(msg=str(exc))
 
+    watch.stamp(report)
     report["cursor"] = follower.cursor if follower else params["cursor"]
     report["records"] = follower.count if follower else 0
     report["invocation_id"] = invocation

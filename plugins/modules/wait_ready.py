@@ -28,6 +28,15 @@ description:
   - Survives a dropped SSH connection; the connection is reset and the probe retried after an exponential backoff with
     jitter (bounded by the remaining budget), up to O(connection_retries) times in a row.
   - Never restarts or changes anything itself; restart the unit first (for example with M(ansible.builtin.systemd_service)).
+  - B(Multi-node deployments.) One SGLang server spread over several hosts (C(--nnodes), C(--node-rank)) is waited on
+    as one. Run this task on every node at once (normal Ansible forks) with O(deployment), O(node_rank), O(peers) and
+    O(channel). Node 0 has the full gates; a node of rank 1 or more passes when its unit is active, its own journal
+    shows its schedulers ready (SGLang then starts a placeholder health server there), nothing fatal was logged, it
+    stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally, so its answers are recorded
+    (C(placeholder) in RV(health)) and never counted. Node 0 passes only when every other node is ready.
+  - The nodes' waits see each other through files on the controller (O(channel)). When one node's wait fails, the
+    others take one last look (up to 3 s) at their own journal, for the consequences the failure caused there, and
+    fail with reason V(peer_failed) naming the node, within seconds.
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
@@ -121,11 +130,35 @@ options:
         retried after 1, 2, 4, ... up to 10 seconds, with jitter) before the wait fails with reason V(unreachable).
     type: int
     default: 5
+  deployment:
+    description:
+      - The name of the multi-node deployment this host is a node of. Required with O(peers).
+    type: str
+  node_rank:
+    description:
+      - This host's node rank in its deployment (SGLang's C(--node-rank)). V(0) runs the HTTP API and has the full gates;
+        a rank of 1 or more is waited on with the gates of a node that serves only a placeholder health endpoint.
+    type: int
+    default: 0
+  peers:
+    description:
+      - The other nodes of the deployment, as a mapping of inventory host name to node rank. Empty for a server on
+        one host.
+    type: dict
+    default: {}
+  channel:
+    description:
+      - A name the nodes' waits of one restart of a deployment share, new for each restart (for example the deployment's
+        name and the time of the restart). The waits see each other through files (C(<inventory_hostname>.json)) in a
+        directory of that name in Ansible's temporary directory of the run on the controller, removed when the run ends.
+      - Required with O(peers).
+    type: str
 notes:
   - Reasons (RV(reason)) are V(ready) on success, and on failure V(fatal_log) (a fatal line, or with O(strict) an
     unrecognised one), V(unit_failed), V(unit_inactive), V(restarted), V(stalled), V(budget_exhausted),
     V(health_never_passed), V(soak_failed) (including a fatal line during the soak), V(journal_gap) (with O(strict),
     journal entries were rotated or vacuumed away before they were read), V(unreachable), V(probe_failed),
+    V(peer_failed) (another node of the deployment failed, or did not start waiting within 60 s),
     and before anything is probed V(invalid_options) or V(invalid_rules).
 seealso:
   - module: inferops.runbooks.service_probe
@@ -223,7 +256,8 @@ lines:
   type: int
 health:
   description: The last health probe (C(status), C(up), C(error)), the current run of C(successes), and C(history),
-    the changes of the answer with C(at) (seconds since the wait began).
+    the changes of the answer with C(at) (seconds since the wait began); C(placeholder=true) on a node of rank 1 or more,
+    whose answers were not counted.
   returned: always
   type: dict
   sample:
@@ -255,6 +289,25 @@ journal_gaps:
   returned: always
   type: list
   elements: str
+first_fatal:
+  description:
+    - The first fatal line of this invocation (C(message), C(rule), C(ranks), C(line), C(timestamp)), with C(realtime),
+      the journal's C(__REALTIME_TIMESTAMP) of it in microseconds since the epoch (to find, across the nodes of a
+      deployment, the line that came first). Null when nothing fatal was logged.
+  returned: always
+  type: dict
+deployment:
+  description: The deployment of this node.
+  returned: when O(peers) was given
+  type: str
+node_rank:
+  description: This node's rank.
+  returned: when O(peers) was given
+  type: int
+peers:
+  description: The other nodes' states as last seen through O(channel) (C(state), C(reason), C(msg), C(phase), C(first_fatal)).
+  returned: when O(peers) was given
+  type: dict
 ended_at:
   description: When the wait ended, in seconds since the epoch (to compare with journal timestamps).
   returned: always

@@ -11,6 +11,14 @@ into its state (the merged report, the health streak, the progress clock) and de
 order: the watched start was replaced (``restarted``), a fatal line (``fatal_log``, or
 ``soak_failed`` after the gates opened), the unit failed or stopped, the soak, a stall, the gates
 (the ready marker, K consecutive health successes), the pass, and the budget.
+
+A node of a multi-node deployment (``peers`` set) also observes the other nodes' waits between
+probes (``peers_seen``, fed from the deployment's coordination channel): a peer that failed ends
+this wait (``peer_failed``) after a last look at this node's own journal, so that the consequences
+it logged are in the evidence. Node 0 passes only when every other node is ready; a node of rank
+>= 1 passes only when node 0 passed. A node of rank >= 1 serves a placeholder health endpoint that
+answers 200 unconditionally: its answers are recorded and never counted; its gates are the unit,
+its own journal's readiness evidence and no fatal line.
 """
 
 from __future__ import annotations
@@ -22,7 +30,15 @@ from collections import deque
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import identity
-from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult, ProbeResult, Reason, Report, UnitState
+from ansible_collections.inferops.runbooks.plugins.module_utils._types import (
+    FatalLine,
+    HealthResult,
+    NodeState,
+    ProbeResult,
+    Reason,
+    Report,
+    UnitState,
+)
 
 SWITCH_LIMIT = 30.0  # how long a restarted unit may keep its old invocation before the restart counts as lost
 SWITCH_PAUSE = 0.5
@@ -32,6 +48,9 @@ HISTORY_MAX = 50
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 10.0
 EXIT_SETTLE = 1.0  # after the unit's process exited, how long its last journal lines are waited for
+PEER_POLL = 2.0  # a node of a deployment looks at its peers at least this often
+PEER_SETTLE = 3.0  # after a peer failed, how long the last look at this node's journal may watch
+JOIN_LIMIT = 60.0  # how long a peer may take to start its wait before the deployment counts as broken
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +71,23 @@ class Settings:
     connection_retries: int = 5
     invocation_id: str | None = None
     previous_invocation_id: str | None = None
+    deployment: str | None = None
+    node_rank: int = 0
+    peers: t.Mapping[str, int] = dataclasses.field(default_factory=dict)  # the deployment's other nodes: host -> rank
 
     @classmethod
     def from_args(cls, args: t.Mapping[str, t.Any], host: str) -> Settings:
         names = {field.name for field in dataclasses.fields(cls)}
         values = {name: args[name] for name in names if name in args and args[name] is not None}
         values["stall_limits"] = {phase: float(limit) for phase, limit in (args.get("stall_limits") or {}).items()}
+        values["peers"] = {str(peer): int(rank) for peer, rank in (args.get("peers") or {}).items()}
         return cls(host=host, **values)
+
+    def node(self, host: str | None = None) -> str:
+        """``sim2 (node 1 of dsr1)``: a host named with its place in the deployment."""
+        host = host or self.host
+        rank = self.node_rank if host == self.host else self.peers.get(host)
+        return f"{host} (node {rank} of {self.deployment})" if self.deployment else host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +173,8 @@ class Wait:
         self.outcome: Outcome | None = None
         self.exited: Outcome | None = None  # the unit's process exited: one last look at its journal
         self.detected: float | None = None
+        self.peer_states: dict[str, NodeState] = {}
+        self.peer_failure: tuple[str, NodeState] | None = None
         self._last_status: str | None = None
         self._last_shown = float("-inf")
 
@@ -170,9 +201,13 @@ class Wait:
             if not self.pinned:
                 waiting = self._pin(result)
                 if waiting is not None:
+                    if self.peer_failure is not None:
+                        return self._end(Outcome("fail", "peer_failed", self._peer_failure_message()))
                     return waiting
             self._absorb(result)
             self._check()
+            if self.peer_failure is not None:
+                return self._end(Outcome("fail", "peer_failed", self._peer_failure_message()))
             if self._passed():
                 return self._end(Outcome("pass", "ready", self._pass_message()))
             if self.remaining() <= 0:
@@ -209,6 +244,98 @@ class Wait:
         delay = min(delay, max(self.remaining(), 0.0))
         self._show(f"connection lost ({problem.strip()[:120]}), retry {self.failures}/{retries} in {delay:.1f}s", force=True)
         return Probe(watch=0.0 if not self.pinned else self._window(), health=self.pinned, pause=delay, reset_connection=True, pinning=not self.pinned)
+
+    # -- the other nodes of a deployment ---------------------------------------------------------
+
+    @property
+    def in_deployment(self) -> bool:
+        return bool(self.settings.peers)
+
+    @property
+    def placeholder_health(self) -> bool:
+        """Nodes of rank >= 1 answer health from a placeholder server: 200 proves nothing about generation."""
+        return self.settings.node_rank >= 1
+
+    def peers_seen(self, states: t.Mapping[str, NodeState], now: float) -> Step | None:
+        """The other nodes' waits as the coordination channel shows them. A failed peer ends this
+        wait after one last look at this node's journal (returned as the next probe); a peer that
+        never started its wait ends it after JOIN_LIMIT. None: carry on."""
+        if self.outcome is not None or not self.in_deployment or self.peer_failure is not None:
+            return None
+        self.now = now
+        self.peer_states = {host: dict(states[host]) for host in self.settings.peers if host in states}  # type: ignore[misc]
+        failed = [(host, state) for host, state in self.peer_states.items() if state.get("state") == "failed"]
+        if failed:
+            # the peer that failed on its own account, before one that only followed another
+            self.peer_failure = min(failed, key=lambda item: (item[1].get("reason") == "peer_failed", item[1].get("at") or 0.0))
+            host, state = self.peer_failure
+            self._show(f"{self.settings.node(host)} failed ({state.get('reason')}); a last look at this node's journal", force=True)
+            return Probe(watch=round(min(PEER_SETTLE, max(self.remaining(), 0.0)), 2), health=False, health_early=False)
+        missing = [host for host in self.settings.peers if host not in self.peer_states]
+        if missing and self.elapsed() > JOIN_LIMIT:
+            names = ", ".join(self.settings.node(host) for host in missing)
+            return self._end(
+                Outcome(
+                    "fail",
+                    "peer_failed",
+                    f"{names} did not start waiting within {human(JOIN_LIMIT)}: every node of a deployment must be waited on at once "
+                    "(forks must be at least the number of nodes restarted together)",
+                )
+            )
+        return None
+
+    def _peer_failure_message(self) -> str:
+        host, state = self.peer_failure or ("?", t.cast(NodeState, {}))
+        return f"{self.settings.node(host)} failed ({state.get('reason')}): {str(state.get('msg') or '')[:300]}"
+
+    def _peers_allow_pass(self) -> bool:
+        """Node 0 needs every other node ready; a node of rank >= 1 needs node 0 passed."""
+        for host, rank in self.settings.peers.items():
+            state = self.peer_states.get(host, {}).get("state")
+            if state not in (("passed",) if rank == 0 else ("ready", "passed")):
+                return False
+        return True
+
+    def _waiting_for(self) -> str:
+        pending = []
+        for host, rank in sorted(self.settings.peers.items(), key=lambda item: item[1]):
+            state = self.peer_states.get(host, {})
+            if state.get("state") not in (("passed",) if rank == 0 else ("ready", "passed")):
+                name, where = str(state.get("state") or "no news"), str(state.get("phase") or "not started").replace("_", " ")
+                pending.append(f"{host} (node {rank}: {name}{'' if where == name else ', ' + where})")
+        return ", ".join(pending)
+
+    def first_fatal(self) -> FatalLine | None:
+        """This node's first fatal line, with the journal's time of it when the probe gave one."""
+        events = self.total["fatal"]
+        if not events:
+            return None
+        first = min(events, key=lambda event: event.get("first_line") or 0)
+        return {
+            "message": str(first.get("message", ""))[:500],
+            "rule": first.get("rule"),
+            "ranks": list(first.get("ranks") or []),
+            "line": first.get("first_line"),
+            "timestamp": first.get("first_timestamp"),
+            "realtime": first.get("first_realtime"),
+        }
+
+    def node_state(self) -> NodeState:
+        """What this wait tells the other nodes of its deployment."""
+        outcome = self.outcome
+        if outcome is not None:
+            name: t.Literal["waiting", "ready", "passed", "failed"] = "passed" if outcome.verdict == "pass" else "failed"
+        else:
+            name = "ready" if self.soak_started is not None else "waiting"
+        return {
+            "host": self.settings.host,
+            "rank": self.settings.node_rank,
+            "state": name,
+            "reason": outcome.reason if outcome else None,
+            "msg": outcome.msg[:500] if outcome else None,
+            "phase": self.total["phase"],
+            "first_fatal": self.first_fatal(),
+        }
 
     def probe_failed(self, msg: str, now: float) -> Outcome:
         self.now = now
@@ -288,6 +415,8 @@ class Wait:
         self._check_same_start()
         self._check_journal()
         self._check_unit()
+        if self.peer_failure is not None:
+            return  # the last look after a peer failed: a stall here is the peer's doing, not news
         if self.soak_started is not None:
             self._check_soak()
             return
@@ -336,7 +465,7 @@ class Wait:
     def _check_soak(self) -> None:
         if self._identity() != self.soak_identity:
             raise _Failed("soak_failed", f"{self.settings.unit} changed during the post-ready soak: {self._identity()} (was {self.soak_identity})")
-        if self._health_status() != 200:
+        if not self.placeholder_health and self._health_status() != 200:
             raise _Failed("soak_failed", f"{health_text(self.health)} during the post-ready soak (after {human(self.now - (self.soak_started or 0))})")
 
     def _check_stall(self) -> None:
@@ -350,17 +479,23 @@ class Wait:
         return (
             self.state.get("ActiveState") == "active"
             and bool(self.total["ready"])
-            and self.streak >= self.settings.health_successes
+            and (self.placeholder_health or self.streak >= self.settings.health_successes)
             and not self.total["fatal"]
         )
 
     def _passed(self) -> bool:
         if self.soak_started is None:
             return False
-        return self.now - self.soak_started >= self.settings.soak and self._health_status() == 200
+        healthy = self.placeholder_health or self._health_status() == 200
+        return self.now - self.soak_started >= self.settings.soak and healthy and self._peers_allow_pass()
 
     def _out_of_budget(self) -> t.NoReturn:
         budget, spent = human(self.settings.budget), human(self.elapsed())
+        if self.soak_started is not None and self.in_deployment:
+            raise _Failed("budget_exhausted", f"budget of {budget} spent ({spent}): this node was ready, still waiting for {self._waiting_for()}")
+        if self.placeholder_health:
+            where = "ready (its own evidence)" if self.total["ready"] else f"in phase {self.total['phase'].replace('_', ' ')}"
+            raise _Failed("budget_exhausted", f"budget of {budget} spent ({spent}) {where}")
         if self.total["ready"] or self.ever_up:
             raise _Failed(
                 "health_never_passed",
@@ -396,9 +531,13 @@ class Wait:
         stall limit or the end of the soak."""
         left = max(self.remaining() - pause, 0.0)
         window = min(self.settings.poll_interval, self.settings.heartbeat, left)
+        if self.in_deployment:
+            window = min(window, PEER_POLL)
         limit = self.stall_limit()
         if self.soak_started is not None:
-            window = min(window, max(self.settings.soak - (self.now + pause - self.soak_started), 0.0))
+            soak_left = self.settings.soak - (self.now + pause - self.soak_started)
+            if soak_left > 0 or not self.in_deployment:  # after the soak a node of a deployment waits for its peers
+                window = min(window, max(soak_left, 0.0))
         elif limit is not None:
             window = min(window, max(limit - (self.now + pause - self.progress_at), 0.0) + 0.2)
         return round(max(window, 0.0), 2)
@@ -408,7 +547,14 @@ class Wait:
     def _status(self) -> str:
         total, phase = self.total, self.total["phase"]
         progress = total.get("progress")
+        if self.placeholder_health and (self.soak_started is not None or phase == "ready"):
+            placeholder = f"placeholder {health_text(self.health)}, not counted"
+            if self.soak_started is not None and self.now - self.soak_started >= self.settings.soak and self._waiting_for():
+                return f"ready (own evidence; {placeholder}), waiting for {self._waiting_for()}"
+            return f"ready (own evidence; {placeholder})" + (f", soaking {human(self.settings.soak)}" if self.soak_started is not None else "")
         if self.soak_started is not None:
+            if self.in_deployment and self.now - self.soak_started >= self.settings.soak and self._waiting_for():
+                return f"ready ({health_text(self.health)}), waiting for {self._waiting_for()}"
             return f"ready, soaking {human(self.settings.soak)} ({health_text(self.health)})"
         if phase == "ready":
             return f"ready marker seen, {health_text(self.health)} ({self.streak}/{self.settings.health_successes} successes)"
@@ -425,7 +571,7 @@ class Wait:
         self._last_status, self._last_shown = text, self.now
         allowlisted = (self.total.get("counts") or {}).get("allowlisted", 0)
         extra = f", {allowlisted} lines allowlisted" if allowlisted else ""
-        self.messages.append(f"{self.settings.host}: {self.settings.unit} {text}, {human(self.elapsed())} elapsed{extra}")
+        self.messages.append(f"{self.settings.node()}: {self.settings.unit} {text}, {human(self.elapsed())} elapsed{extra}")
 
     def take_messages(self) -> list[str]:
         messages, self.messages = self.messages, []
@@ -434,6 +580,11 @@ class Wait:
     # -- the end ---------------------------------------------------------------------------------
 
     def _pass_message(self) -> str:
+        if self.placeholder_health:
+            return (
+                f"{self.settings.unit} is ready after {human(self.elapsed())}: active, its own journal shows its schedulers ready, nothing fatal, "
+                f"stayed up through a {human(self.settings.soak)} soak, and node 0 passed (its placeholder health was not counted)"
+            )
         return (
             f"{self.settings.unit} is ready after {human(self.elapsed())}: active, health passed {self.streak} times, ready marker seen, "
             f"nothing fatal, stayed healthy through a {human(self.settings.soak)} soak"
@@ -481,7 +632,12 @@ class Wait:
             "restarts": max(int(self.state.get("NRestarts") or 0) - int(base.get("NRestarts") or 0), 0),
             "unit": self.state,
             "probes": self.probes,
+            "first_fatal": self.first_fatal(),
         }
+        if self.placeholder_health:
+            result["health"]["placeholder"] = True
+        if self.in_deployment:
+            result.update(deployment=self.settings.deployment, node_rank=self.settings.node_rank, peers=self.peer_states)
         if outcome.verdict == "fail":
             result["failed"] = True
             result["last_lines"] = list(self.tail)
@@ -500,16 +656,33 @@ class ProbeFailed(Exception):
 Transport = t.Callable[[Probe], ProbeResult]
 
 
+class Channel(t.Protocol):
+    """Where the nodes of one deployment tell each other how their waits go."""
+
+    def publish(self, state: NodeState) -> None: ...
+
+    def read(self) -> t.Mapping[str, NodeState]: ...
+
+
 def run_wait(
     wait: Wait,
     transport: Transport,
     clock: t.Callable[[], float],
     sleep: t.Callable[[float], None],
     show: t.Callable[[str], None],
+    channel: Channel | None = None,
 ) -> dict[str, t.Any]:
-    """Drive a wait to its outcome: pause, probe, observe, show, until an Outcome."""
+    """Drive a wait to its outcome: pause, probe, observe, show, until an Outcome; with a channel,
+    publish this node's state whenever it changes and look at the peers' before every probe."""
     step: Step = wait.begin()
+    published = _publish(wait, channel, None)
     while isinstance(step, Probe):
+        if channel is not None:
+            step = wait.peers_seen(channel.read(), clock()) or step
+            for message in wait.take_messages():
+                show(message)
+            if not isinstance(step, Probe):
+                break
         if step.pause > 0:
             sleep(step.pause)
         try:
@@ -522,4 +695,15 @@ def run_wait(
             step = wait.observe(result, clock())
         for message in wait.take_messages():
             show(message)
+        published = _publish(wait, channel, published)
+    _publish(wait, channel, published)
     return wait.result()
+
+
+def _publish(wait: Wait, channel: Channel | None, last: NodeState | None) -> NodeState | None:
+    if channel is None:
+        return None
+    state = wait.node_state()
+    if state != last:
+        channel.publish(state)
+    return state

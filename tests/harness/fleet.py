@@ -3,7 +3,9 @@
 Each host is a Debian rootfs booted with ``systemd-nspawn --boot --volatile=overlay`` on top of a
 shared read-only template, in its own network namespace, reachable from the controller on a veth
 pair with a private /24 (``<net>.<idx>.2`` in the host, ``<net>.<idx>.1`` on the controller side).
-It works without a host systemd (PID 1 here is not systemd), as root.
+It works without a host systemd (PID 1 here is not systemd), as root. The hosts reach each other
+through the controller (routes to the fleet's own /16 only, forwarding on the fleet's veths only),
+so that the nodes of a multi-node server can rendezvous; nothing else is routed.
 
 Layout:
 
@@ -619,6 +621,16 @@ class Fleet:
         run([*inside, "link", "set", "lo", "up"])
         run([*inside, "addr", "add", f"{host.address}/24", "dev", "eth0"])
         run([*inside, "link", "set", "eth0", "up"])
+        self._route_between_hosts(host, inside)
+
+    def _route_between_hosts(self, host: Host, inside: list[str]) -> None:
+        """Let the hosts reach each other (the nodes of a multi-node server rendezvous), and nothing
+        else: each host routes only the fleet's own /16 to the controller side of its veth, and the
+        controller forwards only what comes in on the fleet's veths (IPv4 forwarding is decided per
+        incoming interface; the machine-wide ip_forward is left alone). Both go away with the veth
+        and the network namespace at teardown."""
+        run([*inside, "route", "add", f"{self.net}.0.0/16", "via", host.gateway])
+        Path(f"/proc/sys/net/ipv4/conf/{host.veth}/forwarding").write_text("1\n")
 
     def _wait_ready(self, host: Host, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout

@@ -1,7 +1,7 @@
 """Fixtures for integration tests against real systemd hosts (systemd-nspawn containers over SSH).
 
 ``fleet`` (session): a booted :class:`tests.harness.fleet.Fleet` of ``$INFEROPS_FLEET_HOSTS`` hosts
-(default 3), torn down at the end of the session, also when tests fail or on Ctrl-C.
+(default 4: two deployments of two nodes), torn down at the end of the session, also when tests fail or on Ctrl-C.
 ``sim_host`` (function): the first host with the simulator stopped, reset and without a scenario.
 ``ansible_bin``: the directory of the ansible executables of this interpreter's venv.
 ``run_playbook``: a callable that runs ``ansible-playbook`` for real against the fleet.
@@ -21,7 +21,7 @@ import pytest
 
 from tests.harness.fleet import Fleet, missing_prerequisites
 
-DEFAULT_HOSTS = 3
+DEFAULT_HOSTS = 4
 
 
 @pytest.fixture(scope="session")
@@ -80,11 +80,18 @@ RunPlaybook = Callable[..., PlaybookRun]
 
 @pytest.fixture(scope="session")
 def run_playbook(fleet: Fleet, ansible_bin: Path) -> RunPlaybook:
-    """``run_playbook(playbook, *args, extra_vars={...}, limit=None, timeout=600)``: a real
-    ``ansible-playbook`` run from the repository root against the fleet's inventory."""
+    """``run_playbook(playbook, *args, extra_vars={...}, limit=None, timeout=600, inventory=None)``: a real
+    ``ansible-playbook`` run from the repository root against the fleet's inventory (or another one)."""
 
-    def run(playbook: str | Path, *args: str, extra_vars: dict[str, object] | None = None, limit: str | None = None, timeout: float = 600) -> PlaybookRun:
-        cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(playbook), *args]
+    def run(
+        playbook: str | Path,
+        *args: str,
+        extra_vars: dict[str, object] | None = None,
+        limit: str | None = None,
+        timeout: float = 600,
+        inventory: Path | None = None,
+    ) -> PlaybookRun:
+        cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(inventory or fleet.inventory), str(playbook), *args]
         if extra_vars:
             cmd += ["-e", json.dumps(extra_vars)]
         if limit:

@@ -42,6 +42,19 @@ print(" ".join(seen))
 """
 
 
+# runs inside a host: connect to another host's port 5999 (retrying while it starts listening)
+CONNECT = """
+import socket, time
+for _ in range(50):
+    try:
+        conn = socket.create_connection(("ADDRESS", 5999), 1)
+        break
+    except OSError:
+        time.sleep(0.1)
+print(conn.recv(64).decode())
+"""
+
+
 def run_ansible(fleet: Fleet, ansible_bin: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     cmd = [str(ansible_bin / "ansible"), "-i", str(fleet.inventory), *args]
     return subprocess.run(cmd, env=fleet.ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
@@ -72,6 +85,25 @@ def test_hosts_are_separate_systemd_machines(fleet: Fleet) -> None:
         assert fleet.ssh(host, f"systemctl cat {UNIT}.service").stdout.startswith("# /etc/systemd/system/sglang.service")
         assert fleet.ssh(host, f"systemctl is-enabled {UNIT}", check=False).stdout.strip() == "disabled"
     assert len(machine_ids) == len(fleet.hosts)
+
+
+def test_hosts_reach_each_other_over_the_fleet_network_and_nothing_else(fleet: Fleet) -> None:
+    """A TCP connection from one host to another's fleet address (the rendezvous of a multi-node
+    server); the hosts have a route to the fleet's own addresses only."""
+    first, second = fleet.hosts[:2]
+    server = "import socket; s = socket.create_server(('0.0.0.0', 5999)); s.settimeout(20); c, a = s.accept(); c.sendall(a[0].encode())"
+    listener = subprocess.Popen(fleet.ssh_command(second, f"python3 -c {shlex.quote(server)}"), stdout=subprocess.PIPE, text=True)
+    try:
+        client = CONNECT.replace("ADDRESS", fleet.address(second))
+        seen = fleet.ssh(first, f"python3 -c {shlex.quote(client)}").stdout.strip()
+        assert listener.wait(20) == 0
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+        listener.communicate()
+    assert seen == fleet.address(first)  # the peer saw the first host's own address: routed, not masqueraded
+    routes = fleet.ssh(first, "ip -4 route show").stdout
+    assert "default" not in routes and f"{fleet.net}.0.0/16 via {fleet.host(first).gateway}" in routes
 
 
 def test_inventory_and_ansible_ping(fleet: Fleet, ansible_bin: Path) -> None:

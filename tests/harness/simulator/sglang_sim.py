@@ -30,6 +30,14 @@ Environment (the unit reads ``/etc/sglang-sim/scenario.env``):
 ``SIM_HEALTH_DELAY``       seconds the health endpoints wait before answering, default 0
                            (slow_health: 25)
 ``SIM_CRASH_AFTER_READY``  seconds between ready and the crash of ready_then_crash, default 3
+``SIM_NNODES``             nodes of one multi-node server (SGLang's --nnodes), default 1
+``SIM_NODE_RANK``          this node's rank (--node-rank), default 0
+``SIM_DIST_INIT_ADDR``     HOST:PORT where node 0 listens for the others (--dist-init-addr); needed
+                           with SIM_NNODES > 1
+``SIM_DIST_TIMEOUT``       seconds the rendezvous may take before it fails, default 30
+``SIM_PEER_TIMEOUT``       seconds between losing a peer and this node's distributed error, default
+                           1.5 (it stands for NCCL's and gloo's timeouts of minutes)
+``SIM_PEER_LOSS``          what a node does once it lost a peer: exit (default) | hang
 
 Scenarios and how they end:
 
@@ -48,15 +56,30 @@ Scenarios and how they end:
 * unknown_error: an ok start with ``Frobnicator returned error state 7, continuing`` on TP0.
 * ready_then_crash: ready, then after SIM_CRASH_AFTER_READY seconds a scheduler exception (CUDA
   illegal memory access), sigquit and SIGKILL.
+
+Multi-node mode (SIM_NNODES > 1, SGLang only): SIM_TP counts the ranks of all nodes (``--tp 16`` on
+2 nodes: TP0-7 on node 0, TP8-15 on node 1). The nodes really rendezvous over the network: node 0
+listens at the port of SIM_DIST_INIT_ADDR, the others connect to it (retrying, as torch's store
+client does) and keep the connection; every phase after the first starts only when every node
+finished the one before (a barrier over the connections), so node 0 does not finish its start until
+all nodes joined and came along. A node that cannot rendezvous within SIM_DIST_TIMEOUT fails with
+torch.distributed's timeout error. A node whose peer's connection drops (the peer died) logs, after
+SIM_PEER_TIMEOUT, gloo's ``Connection closed by peer`` in a scheduler traceback and exits
+(SIM_PEER_LOSS=exit), or NCCL's watchdog timeout on each rank and hangs (hang). Node 0 serves the
+real API; the others, once their schedulers are ready, log ``Starting dummy health check server``
+and serve a placeholder whose /health and /health_generate answer 200 unconditionally, as SGLang's
+engine does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http
 import json
 import os
 import random
 import signal
+import socket
 import socketserver
 import sys
 import threading
@@ -139,6 +162,22 @@ class ShutdownRequested(Exception):
     """SIGTERM or SIGINT arrived: drain and exit 0."""
 
 
+class PeerLost(Exception):
+    """Another node of a multi-node server went away, and the distributed timeout ran out."""
+
+    def __init__(self, peer: str) -> None:
+        super().__init__(peer)
+        self.peer = peer
+
+
+class RendezvousFailed(Exception):
+    """The nodes did not all meet at the dist-init address within the distributed timeout."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 # --------------------------------------------------------------------------------------------------
 # Configuration
 
@@ -189,6 +228,12 @@ class Config:
     shards: int = 163
     health_delay: float = 0.0
     crash_after_ready: float = 3.0
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: tuple[str, int] | None = None
+    dist_timeout: float = 30.0
+    peer_timeout: float = 1.5
+    peer_loss: str = "exit"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -197,12 +242,25 @@ class Config:
         port = _env_int(env, "SIM_PORT", 30000, 1)
         if port > 65535:
             raise ConfigError(f"SIM_PORT={port} is not a TCP port")
+        nnodes, node_rank, tp = _env_int(env, "SIM_NNODES", 1, 1), _env_int(env, "SIM_NODE_RANK", 0, 0), _env_int(env, "SIM_TP", 8, 1)
+        if node_rank >= nnodes:
+            raise ConfigError(f"SIM_NODE_RANK={node_rank} must be below SIM_NNODES={nnodes}")
+        if tp % nnodes:
+            raise ConfigError(f"SIM_TP={tp} must be a multiple of SIM_NNODES={nnodes}")
+        if nnodes > 1 and env.get("SIM_ENGINE", "").strip() == "vllm":
+            raise ConfigError("SIM_NNODES > 1 simulates SGLang's multi-node mode only")
         return cls(
+            nnodes=nnodes,
+            node_rank=node_rank,
+            dist_init_addr=_dist_init_addr(env) if nnodes > 1 else None,
+            dist_timeout=_env_float(env, "SIM_DIST_TIMEOUT", 30.0),
+            peer_timeout=_env_float(env, "SIM_PEER_TIMEOUT", 1.5),
+            peer_loss=_env_choice(env, "SIM_PEER_LOSS", "exit", ("exit", "hang")),
             scenario=scenario,
             phase=_env_choice(env, "SIM_PHASE", DEFAULT_PHASE_BY_SCENARIO.get(scenario, "loading_weights"), PHASES),
             failure=_env_choice(env, "SIM_FAILURE", DEFAULT_FAILURE_BY_SCENARIO.get(scenario, "cuda_oom"), FAILURES),
             engine=_env_choice(env, "SIM_ENGINE", "sglang", ENGINES),
-            tp=_env_int(env, "SIM_TP", 8, 1),
+            tp=tp,
             host=env.get("SIM_HOST", "").strip() or "127.0.0.1",
             port=port,
             api_key=env.get("SIM_API_KEY", "").strip() or None,
@@ -212,6 +270,12 @@ class Config:
             health_delay=_env_float(env, "SIM_HEALTH_DELAY", SLOW_HEALTH_DEFAULT_DELAY if scenario == "slow_health" else 0.0),
             crash_after_ready=_env_float(env, "SIM_CRASH_AFTER_READY", 3.0),
         )
+
+    @property
+    def node_ranks(self) -> range:
+        """The TP ranks this node runs."""
+        per_node = self.tp // self.nnodes
+        return range(per_node * self.node_rank, per_node * (self.node_rank + 1))
 
     @property
     def fails_to_start(self) -> bool:
@@ -230,6 +294,14 @@ class Config:
         if self.fails_to_start and self.failure != "address_in_use":
             return self.failure
         return None
+
+
+def _dist_init_addr(env: Mapping[str, str]) -> tuple[str, int]:
+    raw = env.get("SIM_DIST_INIT_ADDR", "").strip()
+    host, _colon, port = raw.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"SIM_DIST_INIT_ADDR={raw!r} must be HOST:PORT (needed with SIM_NNODES > 1)")
+    return host, int(port)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -458,6 +530,12 @@ SGLANG_PHASE_FRAMES: dict[str, tuple[Frame, ...]] = {
 }
 
 
+DIST_FRAMES = (
+    Frame(f"{TORCH}/distributed/c10d_logger.py", 81, "wrapper", "return func(*args, **kwargs)"),
+    Frame(f"{TORCH}/distributed/distributed_c10d.py", 2806, "all_reduce", "work = group.allreduce([tensor], opts)"),
+)
+
+
 def sglang_traceback(phase: str, failure: str, rank: int, pid: int) -> list[str]:
     """The lines after ``Scheduler hit an exception: Traceback (most recent call last):``."""
     head = _SGLANG_RUNTIME_HEAD if phase in ("warming_up", SERVING) else _SGLANG_INIT_HEAD
@@ -537,6 +615,7 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
+        self.watch: Callable[[], None] | None = None  # called on every poll; may raise (a lost peer)
 
     def request(self, signum: int, frame: object) -> None:
         self.requested = True
@@ -544,11 +623,161 @@ class StopFlag:
     def sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not self.requested:
+            if self.watch is not None:
+                self.watch()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
             time.sleep(min(remaining, 0.05))
         raise ShutdownRequested()
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-node: the rendezvous and the connections between the nodes
+
+
+class DistGroup:
+    """The nodes of one multi-node server, connected over TCP the way torch.distributed connects them.
+
+    Node 0 listens at the dist-init port; every other node connects (retrying until the distributed
+    timeout) and says ``hello <rank>``; node 0 answers ``welcome`` once all have joined. A barrier is
+    ``arrive <name>`` from every other node, then ``go <name>`` from node 0. A connection that ends
+    is a lost peer (``lost``): the process behind it died.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        assert cfg.dist_init_addr is not None
+        self.cfg = cfg
+        self.address = cfg.dist_init_addr
+        self.peers: dict[int, socket.socket] = {}
+        self.arrivals: dict[str, set[int]] = {}
+        self.released: set[str] = set()
+        self.welcomed = False
+        self.lost: tuple[float, str] | None = None
+        self.closing = False
+        self._lock = threading.Lock()
+
+    # ---- the rendezvous
+    def rendezvous(self, stop: StopFlag) -> None:
+        if self.cfg.node_rank == 0:
+            self._accept_all(stop)
+        else:
+            self._join(stop)
+
+    def _accept_all(self, stop: StopFlag) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("0.0.0.0", self.address[1]))
+        listener.listen(16)
+        listener.settimeout(0.05)
+        deadline = time.monotonic() + self.cfg.dist_timeout
+        try:
+            while len(self.peers) < self.cfg.nnodes - 1:
+                if time.monotonic() > deadline:
+                    joined = len(self.peers) + 1
+                    raise RendezvousFailed(
+                        f"torch.distributed.DistStoreError: Timed out after {self.cfg.dist_timeout + 1:.0f} seconds waiting for clients. "
+                        f"{joined}/{self.cfg.nnodes} clients joined."
+                    )
+                stop.sleep(0)
+                try:
+                    conn, _address = listener.accept()
+                except TimeoutError:
+                    continue
+                self._greet(conn)
+        finally:
+            listener.close()
+        for conn in self.peers.values():
+            conn.sendall(b"welcome\n")
+
+    def _greet(self, conn: socket.socket) -> None:
+        conn.settimeout(2.0)
+        reader = conn.makefile("rb")
+        try:
+            hello = reader.readline().decode(errors="replace").split()
+        except OSError:
+            conn.close()
+            return
+        conn.settimeout(None)
+        if len(hello) != 2 or hello[0] != "hello" or not hello[1].isdigit() or not 0 < int(hello[1]) < self.cfg.nnodes:
+            conn.close()
+            return
+        rank = int(hello[1])
+        if rank in self.peers:
+            self.peers[rank].close()
+        self.peers[rank] = conn
+        self._listen(conn, reader)
+
+    def _join(self, stop: StopFlag) -> None:
+        deadline = time.monotonic() + self.cfg.dist_timeout
+        host, port = self.address
+        while True:
+            try:
+                conn = socket.create_connection(self.address, timeout=1.0)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RendezvousFailed(
+                        f"torch.distributed.DistNetworkError: The client socket has timed out after {self.cfg.dist_timeout * 1000:.0f}ms "
+                        f"while trying to connect to ({host}, {port})."
+                    ) from None
+                stop.sleep(0.2)
+        conn.settimeout(None)
+        conn.sendall(f"hello {self.cfg.node_rank}\n".encode())
+        self.peers[0] = conn
+        self._listen(conn, conn.makefile("rb"))
+        while not self.welcomed:
+            if time.monotonic() > deadline:
+                raise RendezvousFailed(f"torch.distributed.DistStoreError: Timed out after {self.cfg.dist_timeout:.0f} seconds waiting for the other nodes")
+            stop.sleep(0.05)
+
+    # ---- the connections
+    def _listen(self, conn: socket.socket, reader: BinaryIO) -> None:
+        address, port = conn.getpeername()[:2]
+        threading.Thread(target=self._read, args=(reader, f"[{address}]:{port}"), name="dist", daemon=True).start()
+
+    def _read(self, reader: BinaryIO, peer: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in reader:
+                self._message(raw.decode(errors="replace").split())
+        with self._lock:
+            if not self.closing and self.lost is None:
+                self.lost = (time.monotonic(), peer)
+
+    def _message(self, words: list[str]) -> None:
+        with self._lock:
+            if words == ["welcome"]:
+                self.welcomed = True
+            elif len(words) == 3 and words[0] == "arrive" and words[2].isdigit():
+                self.arrivals.setdefault(words[1], set()).add(int(words[2]))
+            elif len(words) == 2 and words[0] == "go":
+                self.released.add(words[1])
+
+    def barrier(self, name: str, stop: StopFlag) -> None:
+        """Wait until every node reached ``name`` (node 0 releases the others)."""
+        if self.cfg.node_rank == 0:
+            others = set(range(1, self.cfg.nnodes))
+            while not others <= self.arrivals.get(name, set()):
+                stop.sleep(0.05)
+            for conn in self.peers.values():
+                conn.sendall(f"go {name}\n".encode())
+            return
+        self.peers[0].sendall(f"arrive {name} {self.cfg.node_rank}\n".encode())
+        while name not in self.released:
+            stop.sleep(0.05)
+
+    def check(self) -> None:
+        """Raise PeerLost once a peer has been gone for the distributed timeout."""
+        lost = self.lost
+        if lost is not None and time.monotonic() - lost[0] >= self.cfg.peer_timeout:
+            raise PeerLost(lost[1])
+
+    def close(self) -> None:
+        with self._lock:
+            self.closing = True
+        for conn in self.peers.values():
+            with contextlib.suppress(OSError):
+                conn.close()
 
 
 def kill_self() -> NoReturn:
@@ -646,6 +875,10 @@ class SimApp:
         }
 
     def respond(self, request: Request) -> Response:
+        if self.cfg.node_rank >= 1:
+            # SGLang's launch_dummy_health_check_server: 200 on the health paths, whatever the schedulers do
+            found = request.method == "GET" and request.path in ("/health", "/health_generate")
+            return Response(200, b"", "text/plain") if found else json_response(404, {"detail": "Not Found"})
         if not self._authorized(request):
             return json_response(401, {"error": "Unauthorized"})
         route = self.routes.get(request.path)
@@ -799,6 +1032,8 @@ class SimHandler(BaseHTTPRequestHandler):
             self.send_header("content-length", str(len(response.body)))
             self.end_headers()
             self.wfile.write(response.body)
+            if app.cfg.node_rank >= 1:
+                return  # the placeholder's uvicorn logs at level warning: no access lines
             client_host, client_port = self.client_address[:2]
             app.sim.access_line(
                 f'{client_host}:{client_port} - "{method} {self.path} {self.request_version}" {response.status} {http.HTTPStatus(response.status).phrase}'
@@ -885,7 +1120,11 @@ class Simulator:
         self.http = HttpFrontend(self.app, cfg.host, cfg.port)
         self.rng = random.Random()
         self.pid = os.getpid()
-        self.failing_rank = 1 if cfg.tp > 1 else 0
+        self.node_ranks = list(cfg.node_ranks)
+        self.lead_rank = self.node_ranks[0]
+        self.failing_rank = self.node_ranks[1] if len(self.node_ranks) > 1 else self.lead_rank
+        self.dist = DistGroup(cfg) if cfg.nnodes > 1 else None
+        self.serving = False
         self._phase = PHASES[0]
 
     # ---- the run
@@ -893,7 +1132,11 @@ class Simulator:
         signal.signal(signal.SIGTERM, self.stop.request)
         signal.signal(signal.SIGINT, self.stop.request)
         try:
+            if self.dist is not None:
+                self.stop.watch = self.dist.check
             for phase in PHASES:
+                if self.dist is not None and phase != PHASES[0]:
+                    self.dist.barrier(phase, self.stop)  # every node finished the phase before
                 self._run_phase(phase)
             self._serve()
         except ShutdownRequested:
@@ -901,7 +1144,35 @@ class Simulator:
             if self.http.serving:
                 self.shutdown_lines()
             self.http.stop(self.state)
+        except RendezvousFailed as failed:
+            self.dist_failed(failed.error)
+        except PeerLost as lost:
+            self.stop.watch = None
+            return self.peer_lost(lost.peer)
+        finally:
+            if self.dist is not None:
+                self.dist.close()
         return 0
+
+    def peer_lost(self, peer: str) -> int:
+        """A peer died: fail as the engine does, with an error (exit) or a watchdog timeout (hang)."""
+        self.console.end_partial_line()
+        if self.cfg.peer_loss == "exit":
+            self.dist_failed(f"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer {peer}")
+        timeout_ms = int(self.cfg.peer_timeout * 1000)
+        for rank in self.ranks():
+            self.console.line(
+                f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+                f"OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout_ms}) ran for {timeout_ms + 18} milliseconds before timing out."
+            )
+        try:
+            while True:
+                self.stop.sleep(3600)
+        except ShutdownRequested:
+            return 0
+
+    def dist_failed(self, error: str) -> NoReturn:
+        raise NotImplementedError
 
     def _run_phase(self, phase: str) -> None:
         self._phase = phase
@@ -928,6 +1199,7 @@ class Simulator:
         self.crash(phase, fault)
 
     def _serve(self) -> None:
+        self.serving = True
         if self.cfg.scenario == "ready_then_crash":
             self.stop.sleep(self.cfg.crash_after_ready)
             failure = self.cfg.failure
@@ -959,8 +1231,8 @@ class Simulator:
             self.state.generating.set()
 
     def ranks(self) -> list[int]:
-        """All TP ranks, in the shuffled order in which real ranks race to the log."""
-        order = list(range(self.cfg.tp))
+        """This node's TP ranks, in the shuffled order in which real ranks race to the log."""
+        order = list(self.node_ranks)
         self.rng.shuffle(order)
         return order
 
@@ -1106,9 +1378,9 @@ class SglangSimulator(Simulator):
             ("dp_size", 1),
             ("load_balance_method", "round_robin"),
             ("ep_size", 1),
-            ("dist_init_addr", None),
-            ("nnodes", 1),
-            ("node_rank", 0),
+            ("dist_init_addr", f"{cfg.dist_init_addr[0]}:{cfg.dist_init_addr[1]}" if cfg.dist_init_addr else None),
+            ("nnodes", cfg.nnodes),
+            ("node_rank", cfg.node_rank),
             ("json_model_override_args", "{}"),
             ("attention_backend", "flashinfer"),
             ("sampling_backend", "flashinfer"),
@@ -1151,6 +1423,8 @@ class SglangSimulator(Simulator):
         self.pause(0.2)
         self.all_ranks(f"sglang is using nccl=={NCCL_VERSION}")
         yield
+        if self.dist is not None:
+            self.dist.rendezvous(self.stop)
         if self.cfg.tp > 2:
             self.all_ranks(CUSTOM_ALLREDUCE_PCIE)
         self.pause(0.3)
@@ -1162,8 +1436,8 @@ class SglangSimulator(Simulator):
         self.all_ranks(CUTE_DSL_PACKAGE_WALK)
         self.all_ranks(IGNORABLE_MLIR_ERROR)
         if self.cfg.scenario == "unknown_error":
-            self.rank_line(0, UNKNOWN_ERROR_LINE)
-        self.rank_line(0, "Using model weights format ['*.safetensors']")
+            self.rank_line(self.lead_rank, UNKNOWN_ERROR_LINE)
+        self.rank_line(self.lead_rank, "Using model weights format ['*.safetensors']")
         self.pause(0.05)
         yield from self.progress_bar(self.cfg.shards, shard_status, share=0.9)
         self.pause(0.05)
@@ -1179,12 +1453,12 @@ class SglangSimulator(Simulator):
     def capturing_cuda_graphs(self) -> Iterator[None]:
         begin = "Capture cuda graph begin. This can take up to several minutes. avail mem=25.71 GB"
         started = time.monotonic()
-        self.rank_line(0, begin)
+        self.rank_line(self.lead_rank, begin)
         total = len(CAPTURE_BATCH_SIZES)
         # tqdm's first refresh leaves the line open: the next rank's line lands right after it.
         self.console.write("\r" + bar_status(self._capture_description(0), 0, total, 0.0))
         for rank in self.ranks():
-            if rank:
+            if rank != self.lead_rank:
                 self.rank_line(rank, begin)
         self.all_ranks(
             f"Using default MoE config. Performance might be sub-optimal! Config file not found at {SGL}/layers/moe/fused_moe_triton/configs/{MOE_CONFIG}"
@@ -1204,6 +1478,9 @@ class SglangSimulator(Simulator):
         return f"Capturing batches (bs={CAPTURE_BATCH_SIZES[index]} avail_mem={25.70 - 0.04 * done:.2f} GB)"
 
     def warming_up(self) -> Iterator[None]:
+        if self.cfg.node_rank >= 1:
+            yield from self.placeholder_health_server()
+            return
         self.main_line(f"INFO:     Started server process [{self.pid}]")
         self.main_line("INFO:     Waiting for application startup.")
         self.main_line("INFO:     Application startup complete.")
@@ -1220,7 +1497,29 @@ class SglangSimulator(Simulator):
         self.main_line(READY_LINE)
         self.become_ready()
 
+    def placeholder_health_server(self) -> Iterator[None]:
+        """A node of rank >= 1: its schedulers are ready; it serves only a health placeholder."""
+        self.pause(0.3)
+        yield
+        self.bind_port()
+        self.main_line(f"Starting dummy health check server at {self.cfg.host}:{self.cfg.port}")
+        self.http.listen()
+        self.state.healthy.set()
+
     # ---- endings
+    def dist_failed(self, error: str) -> NoReturn:
+        """A distributed error in a scheduler (a peer gone, a rendezvous that timed out): traceback, sigquit, SIGKILL."""
+        self.console.end_partial_line()
+        phase = SERVING if self.serving else self._phase
+        head = _SGLANG_RUNTIME_HEAD if phase in ("warming_up", SERVING) else _SGLANG_INIT_HEAD
+        frames = (*head, *SGLANG_PHASE_FRAMES[phase], *DIST_FRAMES)
+        self.rank_line(self.lead_rank, "Scheduler hit an exception: Traceback (most recent call last):")
+        for line in [*render_frames(frames), error]:
+            self.console.line(line)
+        self.console.line("")
+        self.main_line(SIGQUIT_LINE)
+        kill_self()
+
     def crash(self, phase: str, failure: str) -> NoReturn:
         rank = self.failing_rank
         self.rank_line(rank, "Scheduler hit an exception: Traceback (most recent call last):")

@@ -135,20 +135,6 @@ class SimProcess:
                 stream.close()
 
 
-@pytest.fixture
-def start_sim() -> Iterator[StartSim]:
-    started: list[SimProcess] = []
-
-    def start(port: int | None = None, **env: str) -> SimProcess:
-        sim = SimProcess(port, **env)
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
-
-
 # --------------------------------------------------------------------------------------------------
 # One full `ok` start, observed from outside; the tests below check what was seen.
 
