@@ -20,6 +20,9 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     BLOB_PLACEHOLDER,
     FORM_JSON,
+    LINE_CUT_MARK,
+    MAX_LINE_CHARS,
+    STRUCTURE_WORDS,
     TRACEBACK_HEADER,
     ParsedLine,
     clean,
@@ -29,15 +32,27 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     record_message,
 )
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import EVENT_CLASSES, MAX_EVENTS_PER_CLASS, rank_order, verdict_of
-from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, PACKS
-from ansible_collections.inferops.runbooks.plugins.module_utils._rules import CLASSES, PHASES, Rule, RuleError, RuleSet, build_ruleset
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import (
+    CLASSES,
+    ENGINES,
+    LEVEL_WORDS,
+    PHASES,
+    Rule,
+    RuleError,
+    RuleSet,
+    check_rules,
+    load_rules,
+    word_search_source,
+)
 
-__all__ = ["RuleError", "Scanner", "classify", "classify_line", "load_rules"]
+__all__ = ["ENGINES", "RuleError", "Scanner", "check_rules", "classify", "classify_line", "load_rules"]
 
-ENGINES = tuple(ENGINE_PACKS)
 MAX_TRACEBACK_LINES = 60
 MAX_SHAPES = 50_000
+# bytes of line shapes the cache may hold: one long line each time must not make memory grow
+MAX_SHAPE_BYTES = 1 << 24
 TEXT_CHUNK = 1 << 22
+REDACTED = "[redacted]"
 
 _DIGIT_MASK = bytes.maketrans(b"0123456789", b"0000000000")
 # Shape-cache decisions: only count the line, keep it as the latest bar state, apply its rule, or count a blob.
@@ -62,22 +77,14 @@ _BLOB = _Decision(_BLOB_KIND)
 
 
 _MASKABLE = re.compile(
-    r"(?P<path>(?:[\w.\-~]*/[\w.\-]+){2,}/?)"
-    r"|(?P<hex>\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]*\d[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b(?<=\w{8}))"
+    r"(?P<path>(?:[\w.\-~]{0,255}/[\w.\-]+){2,}/?)"
+    r"|(?P<hex>\b0x[0-9a-fA-F]+\b|\b(?=[a-fA-F]*\d+[a-fA-F])[0-9a-fA-F]+\b(?<=\w{8}))"
     r"|(?P<num>[-+]?\d+(?:\.\d+)?)"
 )
 _MASK_TEXT = {"path": "<path>", "hex": "<id>", "num": "<n>"}
 _MASK_REGEX = {"path": r"\S+", "hex": r"[0-9a-fA-Fx]+", "num": r"[-+]?[\d.]+"}
-_BAR_FIGURES = re.compile(r"(\d+)%.*?(\d+)/(\d+)")
+_BAR_FIGURES = re.compile(r"(\d+)%.{0,512}?(\d+)/(\d+)")
 _SLUG = re.compile(r"[^a-z0-9]+")
-
-
-def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled: t.Iterable[str] | None = None) -> RuleSet:
-    """The shipped packs for an engine plus the user's rules, compiled."""
-    if engine not in ENGINE_PACKS:
-        raise RuleError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    packs = [(name, PACKS[name]) for name in ENGINE_PACKS[engine]]
-    return build_ruleset(packs, extra_rules, disabled)
 
 
 def mask(message: str) -> str:
@@ -130,11 +137,11 @@ class Event:
         "traceback",
     )
 
-    def __init__(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str) -> None:
+    def __init__(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str, message: str) -> None:
         self.event_class = event_class
         self.rule = rule
         self.key = key
-        self.message = line.message.strip()
+        self.message = message
         self.level = line.level
         self.count = 0
         self.ranks: set[str] = set()
@@ -184,6 +191,29 @@ def _latest_update(shape: bytes) -> bytes:
     return shape[shape.rfind(b"\r") + 1 :]
 
 
+_SPECIAL_BYTES = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f-\xff]")
+
+
+def _word_search(rules: RuleSet) -> t.Pattern[bytes] | None:
+    """The search that finds the lines worth a look: every word some rule needs, the level words,
+    the traceback header and the other words of the line structure. None when some rule can match
+    a line without any word (then every line is looked at)."""
+    if rules.words is None:
+        return None
+    source, _groups = word_search_source(rules.words + LEVEL_WORDS + STRUCTURE_WORDS)
+    return re.compile(source.encode("latin-1"))
+
+
+def _redact_cut_secret(text: str, cut: int, secrets: t.Sequence[str]) -> str:
+    """Replace the beginning of a secret that a line cut left just before the cut mark."""
+    head = text[:cut]
+    for secret in secrets:
+        for length in range(len(secret) - 1, 3, -1):
+            if head.endswith(secret[:length]):
+                return head[:-length] + REDACTED + text[cut:]
+    return text
+
+
 class _OpenTraceback:
     """A traceback being read: header, frames, and (once seen) the exception line."""
 
@@ -221,9 +251,14 @@ class _OpenTraceback:
 
 
 class Scanner:
-    """Streams log input and aggregates it into a report. Memory stays bounded by the evidence kept."""
+    """Streams log input and aggregates it into a report. Memory stays bounded by the evidence kept.
 
-    def __init__(self, rules: RuleSet, strict: bool = False, line_offset: int = 0) -> None:
+    ``secrets``: strings (an API key) replaced by ``[redacted]`` in everything the report holds
+    (event messages, keys, contexts, tracebacks, suggested rules, progress text) and in
+    ``open_traceback``; ``redact`` does the same for a caller's own text (a tail of lines).
+    """
+
+    def __init__(self, rules: RuleSet, strict: bool = False, line_offset: int = 0, secrets: t.Sequence[str] = ()) -> None:
         self.rules = rules
         self.strict = strict
         self.line_number = line_offset
@@ -236,9 +271,13 @@ class Scanner:
         self.progress: dict[str, t.Any] | None = None
         self.blob_lines = 0
         self._shapes: dict[bytes, _Decision] = {}
+        self._shape_bytes = 0
         self._pending_bar: tuple[bytes, int, str | None, Rule] | None = None
         self._traceback: _OpenTraceback | None = None
         self._tail = b""
+        self._secrets = sorted({secret for secret in secrets if secret}, key=len, reverse=True)
+        self._secret_bytes = [secret.encode("utf-8", "surrogateescape") for secret in self._secrets]
+        self._words = _word_search(rules)
 
     @property
     def open_traceback(self) -> tuple[int, str] | None:
@@ -246,7 +285,19 @@ class Scanner:
         a caller reading a live journal can stop before it and read it whole next time."""
         if self._traceback is None:
             return None
-        return self._traceback.header.number, self._traceback.header.text
+        return self._traceback.header.number, self.redact(self._traceback.header.text)
+
+    def redact(self, text: str) -> str:
+        """The text with every secret replaced (also a secret's beginning where a long line was cut)."""
+        if not self._secrets:
+            return text
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        cut = text.find(LINE_CUT_MARK)
+        if cut > 0:
+            text = _redact_cut_secret(text, cut, self._secrets)
+        return text
 
     # -- input ------------------------------------------------------------------------------
 
@@ -262,7 +313,12 @@ class Scanner:
                 return
             line, self._tail = self._tail + head, b""
             self.feed_line(line)
-        self._scan_block(chunk)
+        complete = chunk.rfind(b"\n") + 1
+        self._tail = chunk[complete:]
+        if self._words is None:
+            self._scan_block(chunk[:complete])
+        else:
+            self._scan_candidates(chunk[:complete], self._words)
 
     def feed_records(self, records: t.Iterable[t.Mapping[str, t.Any]]) -> None:
         """Feed journal records (``journalctl -o json`` objects)."""
@@ -274,17 +330,74 @@ class Scanner:
         """Feed one line (one journal record's message)."""
         data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
         self.line_number += 1
+        words = self._words
+        if words is not None and not _SPECIAL_BYTES.search(data) and not words.search(data.lower()):
+            if self._traceback is None:
+                self.counts["info"] += 1
+                return
+            if self._add_plain_frame(data):
+                return
         self._take(_latest_update(data.translate(_DIGIT_MASK)), data, pid)
 
+    def _scan_candidates(self, block: bytes, words: t.Pattern[bytes]) -> None:
+        """Classify the complete lines of ``block``: only the lines holding a word some rule needs,
+        a level word, a traceback header or a control byte are looked at; the others are counted
+        as information (inside a traceback, read as its lines)."""
+        lowered = block.lower()
+        search = words.search
+        special = _SPECIAL_BYTES.search
+        position = 0
+        size = len(block)
+        while position < size:
+            found = search(lowered, position)
+            marked = special(block, position)
+            if marked is not None and (found is None or marked.start() < found.start()):
+                found = marked
+            if found is None:
+                self._skip_lines(block, position, size)
+                return
+            start = max(position, block.rfind(b"\n", position, found.start()) + 1)
+            if start > position:
+                self._skip_lines(block, position, start)
+            end = block.find(b"\n", found.start())
+            self._scan_block(block[start : end + 1])
+            position = end + 1
+
+    def _skip_lines(self, block: bytes, start: int, end: int) -> None:
+        """Lines that hold nothing any rule looks for: information, or the frames of an open traceback."""
+        while self._traceback is not None and start < end:
+            newline = block.find(b"\n", start, end)
+            line = block[start:newline]
+            self.line_number += 1
+            if not self._add_plain_frame(line):
+                self._take(_latest_update(line.translate(_DIGIT_MASK)), line, None)
+            start = newline + 1
+        if start < end:
+            skipped = block.count(b"\n", start, end)
+            self.line_number += skipped
+            self.counts["info"] += skipped
+
+    def _add_plain_frame(self, line: bytes) -> bool:
+        """Add a line that holds no searched word and starts with a space or a tab to the open
+        traceback, the cheap way, when that is what the full path would do (a frame of a
+        traceback with no prefixes, before its exception line)."""
+        traceback = self._traceback
+        if traceback is None or traceback.exception is not None or traceback.stream is not None:
+            return False
+        if line[:1] not in (b" ", b"\t") or len(line) > MAX_LINE_CHARS:
+            return False
+        traceback.add(ParsedLine(self.line_number, line.decode("utf-8", "replace").rstrip()))
+        return True
+
     def _scan_block(self, data: bytes) -> None:
-        """Classify the complete lines of ``data`` and keep the incomplete last one for later.
+        """Classify the complete lines of ``data`` (it ends with a newline, or is empty).
 
         This loop runs once per line of a possibly huge log, so the common cases are inline and
         counted in locals; everything else goes through ``_take``. Raw lines are sliced out of
         ``data`` only when needed: the digit mask keeps every line's length and position.
         """
         shapes = data.translate(_DIGIT_MASK).split(b"\n")
-        self._tail = data[len(data) - len(shapes.pop()) :]
+        shapes.pop()
         cache = self._shapes
         counts = self.counts
         number = self.line_number
@@ -321,14 +434,25 @@ class Scanner:
 
     def _take(self, shape: bytes, raw: bytes, pid: str | None) -> None:
         """One line at number ``self.line_number``: from the shape cache, or classified from scratch."""
-        known = self._shapes.get(shape) if self._traceback is None else None
+        secret = self._secret_bytes and any(secret in raw for secret in self._secret_bytes)
+        known = self._shapes.get(shape) if self._traceback is None and not secret else None
         if known is not None:
             self._take_known(shape, known, raw, pid)
             return
-        learnable = self._traceback is None
+        learnable = self._traceback is None and not secret
         decision = self._classify_raw(raw, self.line_number, pid)
-        if learnable and decision is not None and len(self._shapes) < MAX_SHAPES and not self.rules.shape_is_ambiguous(decode(shape)):
+        if learnable and decision is not None and self._learn(shape):
             self._shapes[shape] = decision
+
+    def _learn(self, shape: bytes) -> bool:
+        """Whether to keep the decision for this shape: within the cache's bounds, and only when
+        every line of the shape classifies alike."""
+        if len(self._shapes) >= MAX_SHAPES or self._shape_bytes + len(shape) > MAX_SHAPE_BYTES:
+            return False
+        if self.rules.shape_is_ambiguous(decode(shape)):
+            return False
+        self._shape_bytes += len(shape)
+        return True
 
     def _take_known(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None) -> None:
         """A line whose shape was seen before: count it, and look closer only where it adds something."""
@@ -374,7 +498,7 @@ class Scanner:
             self.counts["info"] += 1
             return _INFO
         self.counts[rule.rule_class] += 1
-        key = mask(line.message.strip())
+        key = self._key(line.message)
         self._apply(rule, line, key)
         return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key)
 
@@ -391,15 +515,19 @@ class Scanner:
 
     def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str | None = None) -> Event | None:
         bucket = self.events[event_class]
-        event_key = (rule.id if rule else None, key if key is not None else mask(line.message.strip()))
+        event_key = (rule.id if rule else None, key if key is not None else self._key(line.message))
         event = bucket.get(event_key)
         if event is None:
             if len(bucket) >= MAX_EVENTS_PER_CLASS:
                 self.dropped_events += 1
                 return None
-            event = bucket[event_key] = Event(event_class, rule, line, event_key[1])
+            event = bucket[event_key] = Event(event_class, rule, line, event_key[1], self.redact(line.message.strip()))
         event.add(line)
         return event
+
+    def _key(self, message: str) -> str:
+        """The event key of a message: secrets out first, then numbers, paths and ids masked."""
+        return mask(self.redact(message.strip()))
 
     def _enter_phase(self, phase: str, line: ParsedLine) -> None:
         if PHASES.index(phase) <= PHASES.index(self.phase) and self.phases:
@@ -413,7 +541,7 @@ class Scanner:
         if not figures:
             return
         percent, done, total = (int(value) for value in figures.groups())
-        description = line.message[: figures.start()].rstrip(" :|")
+        description = self.redact(line.message[: figures.start()].rstrip(" :|"))
         unit = "shards" if "shard" in description.lower() else "batches" if "batch" in description.lower() else "steps"
         self.progress = {
             "phase": self.phase,
@@ -484,8 +612,8 @@ class Scanner:
         if event is not None:
             event.last_line = max(event.last_line, last_number)
             if event.traceback is None:
-                event.context = traceback.context
-                event.traceback = traceback.text()
+                event.context = None if traceback.context is None else self.redact(traceback.context)
+                event.traceback = [self.redact(text) for text in traceback.text()]
 
     # -- report ------------------------------------------------------------------------------
 

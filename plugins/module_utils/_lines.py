@@ -15,6 +15,11 @@ import re
 import typing as t
 
 BLOB_PLACEHOLDER = "[blob data]"
+# What the classifier reads of one line at most: a longer one (a dumped tensor, a huge request) is
+# cut, with a note saying how much was left out, so that no line costs more than this many.
+MAX_LINE_CHARS = 16_384
+LINE_CUT_MARK = " [... "
+LINE_CUT_NOTE = LINE_CUT_MARK + "{} more characters not read]"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -44,6 +49,10 @@ _PYTHON_WARNING = re.compile(r"\b\w*Warning: ")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 _CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
+# Lower-case words without which a line's structure holds nothing but information: a traceback
+# header, journalctl's blob placeholder, and a progress bar glued to the next record.
+STRUCTURE_WORDS = (TRACEBACK_HEADER.lower(), BLOB_PLACEHOLDER, "%|", "completed |")
+_JOURNAL_FIELD = re.compile(r"^_{0,2}[A-Z0-9_]+$")
 
 
 class ParsedLine:
@@ -88,6 +97,8 @@ def clean(raw: bytes | str) -> list[str]:
     if "\r" in text:
         segments = [segment for segment in text.split("\r") if segment.strip()]
         text = segments[-1] if segments else ""
+    if len(text) > MAX_LINE_CHARS:
+        text = text[:MAX_LINE_CHARS] + LINE_CUT_NOTE.format(len(text) - MAX_LINE_CHARS)
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     text = _CONTROL.sub("", text).rstrip()
@@ -194,7 +205,8 @@ def detect_form(sample: str) -> str:
             record = json.loads(lines[0])
         except ValueError:
             record = None
-        if isinstance(record, dict) and "MESSAGE" in record:
+        # a journal record, even one without MESSAGE: every key is a journal field name
+        if isinstance(record, dict) and record and all(isinstance(key, str) and _JOURNAL_FIELD.match(key) for key in record):
             return FORM_JSON
     journal = sum(1 for line in lines if _JOURNAL_PREFIX.match(line) or line.startswith("-- "))
     return FORM_JOURNAL_TEXT if journal * 2 >= len(lines) else FORM_RAW

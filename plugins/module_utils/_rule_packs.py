@@ -185,7 +185,7 @@ COMMON: RulePack = [
         "id": "common-uvicorn-startup-complete",
         "class": "ready",
         "pattern": r"^Application startup complete|^Uvicorn running on ",
-        "reason": "The HTTP server is up; SGLang still runs its warmup request before it is ready.",
+        "reason": "The HTTP server is up and serving: vLLM is ready (SGLang still runs its warmup request: progress there).",
         "reference": "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
         "phase": "warming_up",
     },
@@ -453,6 +453,16 @@ VLLM: RulePack = [
 ]
 
 PACKS: t.Dict[str, RulePack] = {"common": COMMON, "sglang": SGLANG, "vllm": VLLM}
+# What an engine changes in the common rules it shares: SGLang's uvicorn is up before the warmup
+# request has run, so for SGLang only "The server is fired up and ready to roll" is ready.
+ENGINE_RULE_CHANGES: t.Dict[str, t.Dict[str, t.Dict[str, t.Any]]] = {
+    "sglang": {
+        "common-uvicorn-startup-complete": {
+            "class": "progress",
+            "reason": "SGLang's HTTP server is up; it still runs its warmup request, and only then is it ready.",
+        },
+    },
+}
 ENGINE_PACKS: t.Dict[str, t.Tuple[str, ...]] = {
     "sglang": ("sglang", "common"),
     "vllm": ("vllm", "common"),

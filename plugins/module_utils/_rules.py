@@ -3,17 +3,32 @@
 """Classification rules: validation and compilation of rule packs and users' own rules.
 
 Standard library only: this runs on managed hosts too.
+
+Speed: every rule's pattern is reduced, once, to the literal words any of its matches must contain
+(``Tail``/``required_literals``). One search for all those words tells which rules can match a line
+at all, so a line is tried against a handful of rules instead of all of them, and a whole block of
+lines that holds none of the words (nor a level word, a traceback header or a control byte) is
+counted as ordinary information without being looked at line by line.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
+import json
 import re
+import select
+import subprocess
+import sys
+import time
 import typing as t
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, ENGINE_RULE_CHANGES, PACKS
 
 CLASSES = ("fatal", "allowlisted", "unrecognized", "ready", "progress", "info")
 PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready")
 LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+ENGINES = tuple(ENGINE_PACKS)
 
 REQUIRED_KEYS = ("id", "pattern", "reason")
 OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar")
@@ -23,7 +38,41 @@ OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_b
 # vocabulary only catches what nothing else claimed.
 CLASS_PRECEDENCE = ("allowlisted", "fatal", "ready", "progress", "info", "unrecognized")
 
+# What a rule sees of a line at most: a longer line is cut (see _lines.MAX_LINE_CHARS); the
+# adversarial probes are this long.
+PROBE_CHARS = 16_384
+# CPU seconds one rule may spend on one probe; a linear pattern needs about a millisecond.
+PROBE_CPU_SECONDS = 0.1
+# Wall-clock seconds after which a probe that has not answered is taken as hung.
+PROBE_HANG_SECONDS = 5.0
+PROBES: tuple[tuple[str, str], ...] = (
+    ("a run of word characters", "a" * PROBE_CHARS),
+    ("a run of word characters and a colon at the end", "a" * (PROBE_CHARS - 1) + ":"),
+    ("words and single spaces", "ab " * (PROBE_CHARS // 3)),
+    ("a run of spaces", " " * (PROBE_CHARS - 1) + "a"),
+    ("a run of colons", ":" * PROBE_CHARS),
+    ("words and colons", "a:" * (PROBE_CHARS // 2)),
+    ("a run of digits", "1" * PROBE_CHARS),
+    ("a path", "/a" * (PROBE_CHARS // 2)),
+    ("an error line of word characters", "ERROR: " + "x" * (PROBE_CHARS - 7)),
+    ("tabs and dots", "\t." * (PROBE_CHARS // 2)),
+)
+
+# A level a line can carry only when it holds one of these words (see _lines._strip_level): the
+# rules restricted to such levels need no literal of their own.
+LEVEL_WORDS = ("warn", "error", "critical", "fatal") + tuple(f"[{letter}{digit}" for letter in "wef" for digit in "0123456789")
+QUIET_LEVELS = frozenset(("none", "DEBUG", "INFO"))
+
 _DIGIT_OUTSIDE_ESCAPES = re.compile(r"(?<![\\{,])\d(?![\d,]*\})")
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "reason": (str,),
+    "class": (str,),
+    "reference": (str,),
+    "phase": (str,),
+    "progress_bar": (bool,),
+}
+_TYPE_WORDS = {str: "a string", bool: "true or false"}
 
 
 class RuleError(ValueError):
@@ -33,13 +82,27 @@ class RuleError(ValueError):
 class Rule:
     """One compiled rule."""
 
-    __slots__ = ("expires", "id", "levels", "pattern", "phase", "progress_bar", "reason", "reference", "regex", "rule_class", "shape_regex", "source")
+    __slots__ = (
+        "expires",
+        "id",
+        "levels",
+        "literals",
+        "pattern",
+        "phase",
+        "progress_bar",
+        "reason",
+        "reference",
+        "regex",
+        "rule_class",
+        "shape_regex",
+        "source",
+    )
 
     def __init__(self, spec: t.Mapping[str, t.Any], source: str, default_class: str) -> None:
         self.source = source
         self.id = str(spec["id"])
         self.rule_class = str(spec.get("class", default_class))
-        self.pattern = str(spec["pattern"])
+        self.pattern = pattern_text(spec["pattern"])
         self.reason = str(spec["reason"])
         self.reference = str(spec.get("reference") or "")
         self.phase = spec.get("phase")
@@ -48,6 +111,7 @@ class Rule:
         self.expires = _parse_expiry(spec.get("expires"), self.label)
         self.regex = _compile(self.pattern, self.label)
         self.shape_regex = _digits_relaxed(self.pattern) if self.digit_sensitive else None
+        self.literals = required_literals(self.regex)
 
     @property
     def label(self) -> str:
@@ -57,6 +121,11 @@ class Rule:
     def digit_sensitive(self) -> bool:
         """True when the pattern names literal digits: lines that differ only in digits may classify differently."""
         return bool(_DIGIT_OUTSIDE_ESCAPES.search(self.pattern))
+
+    @property
+    def needs_level(self) -> bool:
+        """True when the rule applies only to lines logged at WARNING or above."""
+        return self.levels is not None and not QUIET_LEVELS.intersection(self.levels)
 
     def is_stale(self, today: datetime.date) -> bool:
         return self.expires is not None and self.expires < today
@@ -75,10 +144,17 @@ class Rule:
         }
 
 
+def pattern_text(pattern: t.Any) -> str:
+    """A rule's pattern as one regular expression: a string as it is, a list as "any of these"."""
+    if isinstance(pattern, str):
+        return pattern
+    return "|".join(f"(?:{alternative})" for alternative in pattern)
+
+
 def _compile(pattern: str, label: str) -> t.Pattern[str]:
     try:
         return re.compile(pattern, re.IGNORECASE)
-    except re.error as exc:
+    except (re.error, RecursionError, OverflowError) as exc:
         raise RuleError(f"{label}: invalid regular expression {pattern!r}: {exc}") from None
 
 
@@ -103,34 +179,197 @@ def _parse_expiry(value: t.Any, label: str) -> datetime.date | None:
         raise RuleError(f"{label}: 'expires' must be a date as YYYY-MM-DD, got {value!r}") from None
 
 
+# -- what a pattern's matches must contain ------------------------------------------------------
+
+_PARSER: t.Any = None
+
+
+def _parser() -> t.Any:
+    global _PARSER  # noqa: PLW0603 - imported once, on first use
+    if _PARSER is None:
+        try:
+            _PARSER = importlib.import_module("re._parser")
+        except ImportError:  # Python < 3.11
+            _PARSER = importlib.import_module("sre_parse")
+    return _PARSER
+
+
+def required_literals(regex: t.Pattern[str]) -> tuple[str, ...] | None:
+    """Lower-case ASCII words of which every match of ``regex`` contains at least one, or None
+    when no such words can be named (``.``, ``\\d+``, a back-reference...)."""
+    try:
+        parsed = _parser().parse(regex.pattern, regex.flags)
+    except Exception:  # noqa: BLE001 - the pattern compiled; a parser difference only costs speed
+        return None
+    found = _required(list(parsed))
+    return tuple(sorted(found)) if found else None
+
+
+def _required(items: list[tuple[t.Any, t.Any]]) -> frozenset[str] | None:
+    """The best set of words one of which every match of this sequence contains."""
+    options: list[frozenset[str]] = []
+    run: list[str] = []
+    for op, value in _flattened(items):
+        name = str(op)
+        if name == "LITERAL":
+            run.append(chr(value))
+            continue
+        options.extend(_run_words(run))
+        run = []
+        if name == "BRANCH":
+            alternatives = [_required(list(branch)) for branch in value[1]]
+            if all(alternatives):
+                options.append(frozenset().union(*t.cast(list, alternatives)))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and value[0] >= 1:
+            inner = _required(list(value[2]))
+            if inner:
+                options.append(inner)
+        elif name == "ATOMIC_GROUP":
+            inner = _required(list(value))
+            if inner:
+                options.append(inner)
+    options.extend(_run_words(run))
+    if not options:
+        return None
+    return max(options, key=lambda words: (min(len(word) for word in words), -len(words)))
+
+
+def _flattened(items: list[tuple[t.Any, t.Any]]) -> t.Iterator[tuple[t.Any, t.Any]]:
+    """The items with groups opened: a group's text is part of the surrounding run."""
+    for op, value in items:
+        if str(op) == "SUBPATTERN":
+            yield from _flattened(list(value[-1]))
+        else:
+            yield op, value
+
+
+def _run_words(run: list[str]) -> list[frozenset[str]]:
+    """A run of literal characters as required words; a non-ASCII character matches ASCII ones
+    under case folding (K, the Kelvin sign, matches k), so the run is split there."""
+    words = re.split(r"[^\x00-\x7f]", "".join(run).lower())
+    return [frozenset((word,)) for word in words if word]
+
+
+# How common each character is in lower-cased inference server logs (percent of all characters;
+# measured on the test corpus): a search for many words is fast when it looks for each word from
+# its rarest character, and only there checks the word around it.
+_CHARACTER_PERCENT = {
+    " ": 9.0, "e": 7.2, "a": 4.9, "n": 4.8, "t": 4.6, "o": 4.5, "s": 4.1, "i": 4.0, "l": 4.0, "r": 3.8, "_": 3.2,
+    "c": 2.9, "p": 2.7, "d": 2.6, "0": 2.3, "u": 2.1, "m": 2.0, ",": 1.9, "g": 1.8, "2": 1.7, "f": 1.6, "h": 1.5,
+    "=": 1.5, "/": 1.5, "1": 1.5, "b": 1.3, ":": 1.3, ".": 1.2, "k": 1.0, "-": 1.0, "3": 0.9, "y": 0.9, "v": 0.8,
+    "w": 0.7, "5": 0.6, "4": 0.6, "'": 0.6, "9": 0.5, "]": 0.5, "x": 0.4, "6": 0.4, "q": 0.4, "z": 0.4, "8": 0.4,
+    '"': 0.35, "[": 0.3, "7": 0.3, "j": 0.2, "(": 0.2, ")": 0.1, "^": 0.2,
+}  # fmt: skip
+_RARE_PERCENT = 0.05
+
+
+def _percent(character: str) -> float:
+    return _CHARACTER_PERCENT.get(character, _RARE_PERCENT)
+
+
+def _anchors(words: set[str]) -> dict[str, str]:
+    """For each word, the character the search looks for first: few, rare characters that
+    together cover every word (greedy set cover)."""
+    chosen: set[str] = set()
+    uncovered = set(words)
+    while uncovered:
+        holders: dict[str, int] = {}
+        for word in uncovered:
+            for character in set(word):
+                holders[character] = holders.get(character, 0) + 1
+        best = min(holders, key=lambda character: (_percent(character) / holders[character], character))
+        chosen.add(best)
+        uncovered = {word for word in uncovered if best not in word}
+    return {word: min((character for character in word if character in chosen), key=_percent) for word in words}
+
+
+def word_search_source(words: t.Iterable[str]) -> tuple[str, dict[str, frozenset[str]]]:
+    """One regular expression that finds the words (any of them), and for each character it can
+    report (the match) the words that may be there.
+
+    Each word is looked for from its rarest character (``x(?<=ex)(?=it)`` for ``exit``); words are
+    grouped by that character, so the search skips every position whose character starts no
+    group, and a match at a position means one of that group's words is there. Every occurrence
+    of every word is found: its rare character is a position the search stops at.
+    """
+    anchors = _anchors({word for word in words if word})
+    groups: dict[str, list[str]] = {}
+    for word, anchor in anchors.items():
+        groups.setdefault(anchor, []).append(word)
+    branches = []
+    for anchor in sorted(groups, key=lambda character: (-_percent(character), character)):
+        checks = []
+        for word in sorted(groups[anchor]):
+            at = word.index(anchor)
+            before = f"(?<={re.escape(word[: at + 1])})" if at else ""
+            after = f"(?={re.escape(word[at + 1 :])})" if at + 1 < len(word) else ""
+            checks.append(before + after)
+        body = "" if "" in checks else "(?:" + "|".join(checks) + ")"
+        branches.append(re.escape(anchor) + body)
+    return "|".join(branches), {anchor: frozenset(group) for anchor, group in groups.items()}
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+
 def validate_rule(spec: t.Any, source: str, index: int, default_class: str) -> Rule:
     """Check one rule given as a mapping and compile it; raise RuleError naming it."""
     where = f"{source} rule #{index + 1}"
     if not isinstance(spec, t.Mapping):
-        raise RuleError(f"{where}: a rule must be a mapping with id, pattern and reason, got {type(spec).__name__}")
-    if spec.get("id"):
+        raise RuleError(f"{where}: a rule must be a mapping with id, pattern and reason, got {_type_name(spec)}")
+    if isinstance(spec.get("id"), str) and spec["id"]:
         where = f"rule {spec['id']!r} ({source} #{index + 1})"
-    unknown = sorted(set(spec) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
+    unknown = sorted(str(key) for key in set(spec) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
         raise RuleError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
-    missing = [key for key in REQUIRED_KEYS if spec.get(key) in (None, "")]
+    missing = [key for key in REQUIRED_KEYS if spec.get(key) is None or spec.get(key) == "" or spec.get(key) == []]
     if missing:
         raise RuleError(f"{where}: missing required field(s) {', '.join(missing)}")
+    for key, types in _FIELD_TYPES.items():
+        value = spec.get(key)
+        if value is not None and not isinstance(value, types):
+            raise RuleError(f"{where}: {key!r} must be {_TYPE_WORDS[types[0]]}, got {_type_name(value)} {value!r}")
+    _check_pattern(where, spec["pattern"])
+    expires = spec.get("expires")
+    if expires is not None and not isinstance(expires, (str, datetime.date)):
+        raise RuleError(f"{where}: 'expires' must be a date as YYYY-MM-DD, got {_type_name(expires)} {expires!r}")
     _check_choice(where, "class", spec.get("class", default_class), CLASSES)
     if spec.get("phase") is not None:
         _check_choice(where, "phase", spec["phase"], PHASES)
     levels = spec.get("levels")
     if levels is not None:
         if not isinstance(levels, (list, tuple)):
-            raise RuleError(f"{where}: 'levels' must be a list of {', '.join(LEVELS)}")
+            raise RuleError(f"{where}: 'levels' must be a list of {', '.join(LEVELS)}, got {_type_name(levels)} {levels!r}")
         for level in levels:
             _check_choice(where, "levels", level, LEVELS)
     return Rule(spec, f"{source} #{index + 1}", default_class)
 
 
+def _check_pattern(where: str, pattern: t.Any) -> None:
+    """A pattern is a string, or a list of strings meaning "any of these" (never a character class)."""
+    if isinstance(pattern, str):
+        return
+    if isinstance(pattern, (list, tuple)):
+        bad = [f"#{number} ({_type_name(item)} {item!r})" for number, item in enumerate(pattern, 1) if not isinstance(item, str) or not item]
+        if bad:
+            raise RuleError(f"{where}: 'pattern' given as a list must hold non-empty strings (any of them matches); not so: {', '.join(bad)}")
+        return
+    raise RuleError(f"{where}: 'pattern' must be a string (a regular expression) or a list of them, got {_type_name(pattern)} {pattern!r}")
+
+
 def _check_choice(where: str, key: str, value: t.Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise RuleError(f"{where}: {key} {value!r} is not one of {', '.join(choices)}")
+
+
+def _type_name(value: t.Any) -> str:
+    """The YAML-ish name of a value's type, never an internal class name."""
+    if value is None:
+        return "null"
+    for types, name in (((bool,), "a boolean"), ((int, float), "a number"), ((str,), "a string"), ((t.Mapping,), "a mapping"), ((list, tuple), "a list")):
+        if isinstance(value, types):
+            return name
+    return "a value of another type"
 
 
 class RuleSet:
@@ -139,6 +378,17 @@ class RuleSet:
     def __init__(self, rules: list[Rule]) -> None:
         self.rules = rules
         self._digit_sensitive = [rule.shape_regex for rule in rules if rule.shape_regex is not None]
+        # rules with no word to look for, tried on every line their levels allow
+        self._unworded = tuple(index for index, rule in enumerate(rules) if rule.literals is None)
+        self.words: tuple[str, ...] | None = None
+        if all(rule.literals is not None or rule.needs_level for rule in rules):
+            self.words = tuple(sorted({word for rule in rules for word in rule.literals or ()}))
+        source, groups = word_search_source(word for rule in rules for word in rule.literals or ())
+        self._word_search = re.compile(source) if source else None
+        # a character the search stops at -> the rules holding one of the words looked for from it
+        self._rules_at = {
+            anchor: tuple(index for index, rule in enumerate(rules) if group.intersection(rule.literals or ())) for anchor, group in groups.items()
+        }
 
     def shape_is_ambiguous(self, masked_line: str) -> bool:
         """True when a digit-sensitive rule might match some line of this digit-masked shape,
@@ -146,10 +396,23 @@ class RuleSet:
         return any(regex.search(masked_line) for regex in self._digit_sensitive)
 
     def match(self, message: str, level: str) -> Rule | None:
-        for rule in self.rules:
+        """The first rule, in order, whose pattern is found in the message and whose levels allow it."""
+        for index in self._candidates(message):
+            rule = self.rules[index]
             if rule.applies_to(level) and rule.regex.search(message):
                 return rule
         return None
+
+    def _candidates(self, message: str) -> t.Iterable[int]:
+        """Indexes of the rules that can match: those holding a word found in the message (a rule
+        cannot match without one), and those without words."""
+        if self._word_search is None or not message.isascii():
+            return range(len(self.rules))
+        found = set(self._unworded)
+        rules_at = self._rules_at
+        for anchor in set(self._word_search.findall(message.lower())):
+            found.update(rules_at[anchor])
+        return sorted(found)
 
     def stale(self, today: datetime.date | None = None) -> list[dict[str, t.Any]]:
         today = today or datetime.date.today()
@@ -159,7 +422,7 @@ class RuleSet:
 def build_ruleset(
     packs: t.Sequence[tuple[str, t.Sequence[t.Mapping[str, t.Any]]]],
     extra_rules: t.Sequence[t.Any] | None = None,
-    disabled: t.Iterable[str] | None = None,
+    disabled: t.Iterable[t.Any] | None = None,
 ) -> RuleSet:
     """Compile shipped packs and users' extra rules into one ordered RuleSet.
 
@@ -167,8 +430,8 @@ def build_ruleset(
     defaults to ``allowlisted``); ``disabled`` lists rule ids to leave out.
     """
     if extra_rules is not None and not isinstance(extra_rules, (list, tuple)):
-        raise RuleError(f"extra rules must be a list of rules, got {type(extra_rules).__name__}")
-    disabled_ids = set(disabled or ())
+        raise RuleError(f"extra rules must be a list of rules, got {_type_name(extra_rules)}")
+    disabled_ids = _disabled_ids(disabled)
     user = [validate_rule(spec, "extra rules", index, "allowlisted") for index, spec in enumerate(extra_rules or ())]
     shipped: list[Rule] = []
     for pack_name, specs in packs:
@@ -182,9 +445,111 @@ def build_ruleset(
     return RuleSet([rule for rule in user + shipped if rule.id not in disabled_ids])
 
 
+def _disabled_ids(disabled: t.Iterable[t.Any] | None) -> set[str]:
+    if disabled is None:
+        return set()
+    if isinstance(disabled, (str, bytes)) or not isinstance(disabled, (list, tuple, set, frozenset)):
+        raise RuleError(f"disabled rules must be a list of rule ids, got {_type_name(disabled)} {disabled!r}")
+    entries = list(disabled)
+    bad = [f"#{number} ({_type_name(entry)} {entry!r})" for number, entry in enumerate(entries, 1) if not isinstance(entry, str) or not entry]
+    if bad:
+        raise RuleError(f"disabled rules must be rule ids (non-empty strings); not so: {', '.join(bad)}")
+    return set(entries)
+
+
 def _check_unique_ids(rules: list[Rule]) -> None:
     seen: dict[str, Rule] = {}
     for rule in rules:
         if rule.id in seen:
             raise RuleError(f"{rule.label}: duplicate id, already used by {seen[rule.id].label}")
         seen[rule.id] = rule
+
+
+def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled: t.Iterable[t.Any] | None = None) -> RuleSet:
+    """The shipped packs for an engine (with that engine's changes to common rules) plus the
+    user's rules, compiled."""
+    if not isinstance(engine, str) or engine not in ENGINE_PACKS:
+        raise RuleError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    changes = ENGINE_RULE_CHANGES.get(engine, {})
+    packs = [(name, [dict(spec, **changes.get(spec["id"], {})) for spec in PACKS[name]]) for name in ENGINE_PACKS[engine]]
+    return build_ruleset(packs, extra_rules, disabled)
+
+
+# -- bounded matching -----------------------------------------------------------------------------
+
+
+def check_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled_rules: t.Iterable[t.Any] | None = None) -> RuleSet:
+    """Everything ``load_rules`` checks, and that no rule (shipped or the user's) takes long on
+    the adversarial probes (``PROBES``, as long as the longest line a rule sees).
+
+    Meant for the controller, before anything changes: it runs the probes in a child Python
+    process, which is killed if a pattern backtracks without end. Raises RuleError naming the
+    rule and the probe.
+    """
+    ruleset = load_rules(engine, extra_rules, disabled_rules)
+    probe_rules(ruleset.rules)
+    return ruleset
+
+
+_PROBE_CHILD = """
+import json, re, sys, time
+patterns, probes = json.loads(sys.stdin.readline())
+for rule, pattern in enumerate(patterns):
+    regex = re.compile(pattern, re.IGNORECASE)
+    for probe, text in enumerate(probes):
+        print("start", rule, probe, flush=True)
+        started = time.process_time()
+        regex.search(text)
+        print("done", rule, probe, time.process_time() - started, flush=True)
+"""
+
+
+def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = PROBES) -> None:
+    """Raise RuleError for the first rule that spends more than PROBE_CPU_SECONDS on a probe, or
+    does not finish one within PROBE_HANG_SECONDS."""
+    if not rules:
+        return
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None  # noqa: S101 - set by Popen
+        child.stdin.write(json.dumps([[rule.pattern for rule in rules], [text for _name, text in probes]]) + "\n")
+        child.stdin.close()
+        for rule_index, probe_index, seconds in _probe_results(child):
+            rule, (probe_name, _text) = rules[rule_index], probes[probe_index]
+            if seconds is None:
+                raise RuleError(f"{rule.label}: pattern {rule.pattern!r} did not finish within {PROBE_HANG_SECONDS:g} s on {probe_name} ({PROBE_CHARS} characters): it backtracks without bound; rewrite it")
+            if seconds > PROBE_CPU_SECONDS:
+                raise RuleError(f"{rule.label}: pattern {rule.pattern!r} took {seconds:.2f} s on {probe_name} ({PROBE_CHARS} characters), more than {PROBE_CPU_SECONDS:g} s: its cost grows faster than the line; rewrite it")
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _probe_results(child: subprocess.Popen[str]) -> t.Iterator[tuple[int, int, float | None]]:
+    """(rule, probe, CPU seconds) as the child reports them; seconds None for a probe that hangs."""
+    stdout = t.cast(t.IO[str], child.stdout)
+    started: tuple[int, int] | None = None
+    while True:
+        deadline = time.monotonic() + PROBE_HANG_SECONDS
+        ready, _w, _x = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            if started is not None:
+                yield started[0], started[1], None
+            raise RuleError(f"the rule probe process stopped answering (rc={child.poll()})")
+        line = stdout.readline()
+        if not line:
+            if child.wait() != 0:
+                raise RuleError(f"the rule probe process failed: {(child.stderr.read() if child.stderr else '').strip()[-500:]}")
+            return
+        word, *numbers = line.split()
+        if word == "start":
+            started = (int(numbers[0]), int(numbers[1]))
+        elif word == "done":
+            started = None
+            yield int(numbers[0]), int(numbers[1]), float(numbers[2])
