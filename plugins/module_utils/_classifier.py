@@ -315,10 +315,7 @@ class Scanner:
             self.feed_line(line)
         complete = chunk.rfind(b"\n") + 1
         self._tail = chunk[complete:]
-        if self._words is None:
-            self._scan_block(chunk[:complete])
-        else:
-            self._scan_candidates(chunk[:complete], self._words)
+        self._scan_block(chunk[:complete])
 
     def feed_records(self, records: t.Iterable[t.Mapping[str, t.Any]]) -> None:
         """Feed journal records (``journalctl -o json`` objects)."""
@@ -330,52 +327,22 @@ class Scanner:
         """Feed one line (one journal record's message)."""
         data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
         self.line_number += 1
+        shape = _latest_update(data.translate(_DIGIT_MASK))
+        if self._traceback is None and self._shapes.get(shape) is None and self._plain(data):
+            self.counts["info"] += 1
+            self._learn_plain(shape)
+        elif not (self._traceback is not None and self._plain(data) and self._add_plain_frame(data)):
+            self._take(shape, data, pid)
+
+    def _plain(self, line: bytes) -> bool:
+        """True when the line holds no word any rule needs, no level word, no traceback header and
+        no control or non-ASCII byte: then the full path would find it ordinary information."""
         words = self._words
-        if words is not None and not _SPECIAL_BYTES.search(data) and not words.search(data.lower()):
-            if self._traceback is None:
-                self.counts["info"] += 1
-                return
-            if self._add_plain_frame(data):
-                return
-        self._take(_latest_update(data.translate(_DIGIT_MASK)), data, pid)
+        return words is not None and not _SPECIAL_BYTES.search(line) and not words.search(line.lower())
 
-    def _scan_candidates(self, block: bytes, words: t.Pattern[bytes]) -> None:
-        """Classify the complete lines of ``block``: only the lines holding a word some rule needs,
-        a level word, a traceback header or a control byte are looked at; the others are counted
-        as information (inside a traceback, read as its lines)."""
-        lowered = block.lower()
-        search = words.search
-        special = _SPECIAL_BYTES.search
-        position = 0
-        size = len(block)
-        while position < size:
-            found = search(lowered, position)
-            marked = special(block, position)
-            if marked is not None and (found is None or marked.start() < found.start()):
-                found = marked
-            if found is None:
-                self._skip_lines(block, position, size)
-                return
-            start = max(position, block.rfind(b"\n", position, found.start()) + 1)
-            if start > position:
-                self._skip_lines(block, position, start)
-            end = block.find(b"\n", found.start())
-            self._scan_block(block[start : end + 1])
-            position = end + 1
-
-    def _skip_lines(self, block: bytes, start: int, end: int) -> None:
-        """Lines that hold nothing any rule looks for: information, or the frames of an open traceback."""
-        while self._traceback is not None and start < end:
-            newline = block.find(b"\n", start, end)
-            line = block[start:newline]
-            self.line_number += 1
-            if not self._add_plain_frame(line):
-                self._take(_latest_update(line.translate(_DIGIT_MASK)), line, None)
-            start = newline + 1
-        if start < end:
-            skipped = block.count(b"\n", start, end)
-            self.line_number += skipped
-            self.counts["info"] += skipped
+    def _learn_plain(self, shape: bytes) -> None:
+        if self._learn(shape):
+            self._shapes[shape] = _INFO
 
     def _add_plain_frame(self, line: bytes) -> bool:
         """Add a line that holds no searched word and starts with a space or a tab to the open
@@ -394,7 +361,8 @@ class Scanner:
 
         This loop runs once per line of a possibly huge log, so the common cases are inline and
         counted in locals; everything else goes through ``_take``. Raw lines are sliced out of
-        ``data`` only when needed: the digit mask keeps every line's length and position.
+        ``data`` only when needed: the digit mask keeps every line's length and position. A line
+        of a new shape that holds nothing any rule looks for is counted without being parsed.
         """
         shapes = data.translate(_DIGIT_MASK).split(b"\n")
         shapes.pop()
@@ -405,6 +373,7 @@ class Scanner:
         start = 0
         latest_bar: tuple[int, int, int, Rule] | None = None
         tracing = self._traceback is not None
+        plain = self._plain
         for shape in shapes:
             number += 1
             end = start + len(shape)
@@ -419,11 +388,18 @@ class Scanner:
             elif known is not None and known.kind is _BAR:
                 progress += 1
                 latest_bar = (start, end, number, known.rule)  # type: ignore[assignment]
+            elif not tracing and plain(data[start:end]):
+                info += 1
+                self._learn_plain(shape)
             else:
+                raw = data[start:end]
+                self.line_number = number
+                if tracing and plain(raw) and self._add_plain_frame(raw):
+                    start = end + 1
+                    continue
                 if latest_bar is not None:
                     self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
-                self.line_number = number
-                self._take(shape, data[start:end], None)
+                self._take(shape, raw, None)
                 tracing = self._traceback is not None
             start = end + 1
         if latest_bar is not None:
