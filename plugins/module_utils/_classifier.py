@@ -76,11 +76,12 @@ _INFO = _Decision(_COUNT)
 _BLOB = _Decision(_BLOB_KIND)
 
 
-_MASKABLE = re.compile(
-    r"(?P<path>(?:[\w.\-~]{0,255}/[\w.\-]+){2,}/?)"
-    r"|(?P<hex>\b0x[0-9a-fA-F]+\b|\b(?=[a-fA-F]*\d+[a-fA-F])[0-9a-fA-F]+\b(?<=\w{8}))"
-    r"|(?P<num>[-+]?\d+(?:\.\d+)?)"
-)
+# a path component is at most 255 bytes: the bound keeps the search linear on long words
+_PATH = r"(?P<path>(?:[\w.\-~]{0,255}/[\w.\-]+){2,}/?)"
+_HEX = r"(?P<hex>\b0x[0-9a-fA-F]+\b|\b(?=[a-fA-F]*\d+[a-fA-F])[0-9a-fA-F]+\b(?<=\w{8}))"
+_NUM = r"(?P<num>[-+]?\d+(?:\.\d+)?)"
+_MASKABLE = re.compile(f"{_PATH}|{_HEX}|{_NUM}")
+_MASKABLE_NO_PATH = re.compile(f"{_HEX}|{_NUM}")
 _MASK_TEXT = {"path": "<path>", "hex": "<id>", "num": "<n>"}
 _MASK_REGEX = {"path": r"\S+", "hex": r"[0-9a-fA-Fx]+", "num": r"[-+]?[\d.]+"}
 _BAR_FIGURES = re.compile(r"(\d+)%.{0,512}?(\d+)/(\d+)")
@@ -90,7 +91,9 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 def mask(message: str) -> str:
     """The message with numbers, paths and ids replaced: identical failures on different ranks
     or at different times share this key."""
-    return _MASKABLE.sub(lambda match: _MASK_TEXT[match.lastgroup or "num"], message)
+    # a path has two slashes at least: without them, the (costlier) path search is left out
+    masker = _MASKABLE if message.count("/") >= 2 else _MASKABLE_NO_PATH
+    return masker.sub(lambda match: _MASK_TEXT[match.lastgroup or "num"], message)
 
 
 def suggest_rule(message: str, event_class: str = "allowlisted") -> dict[str, t.Any]:
@@ -474,7 +477,7 @@ class Scanner:
             self.counts["info"] += 1
             return _INFO
         self.counts[rule.rule_class] += 1
-        key = self._key(line.message)
+        key = self._key(line.message) if rule.rule_class in self.events else None
         self._apply(rule, line, key)
         return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key)
 

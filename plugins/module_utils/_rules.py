@@ -386,8 +386,9 @@ class RuleSet:
         source, groups = word_search_source(word for rule in rules for word in rule.literals or ())
         self._word_search = re.compile(source) if source else None
         # a character the search stops at -> the rules holding one of the words looked for from it
-        self._rules_at = {
-            anchor: tuple(index for index, rule in enumerate(rules) if group.intersection(rule.literals or ())) for anchor, group in groups.items()
+        self._words_at = {
+            anchor: tuple((word, tuple(index for index, rule in enumerate(rules) if word in (rule.literals or ()))) for word in sorted(group))
+            for anchor, group in groups.items()
         }
 
     def shape_is_ambiguous(self, masked_line: str) -> bool:
@@ -408,10 +409,13 @@ class RuleSet:
         cannot match without one), and those without words."""
         if self._word_search is None or not message.isascii():
             return range(len(self.rules))
+        lowered = message.lower()
         found = set(self._unworded)
-        rules_at = self._rules_at
-        for anchor in set(self._word_search.findall(message.lower())):
-            found.update(rules_at[anchor])
+        words_at = self._words_at
+        for anchor in set(self._word_search.findall(lowered)):
+            for word, indexes in words_at[anchor]:
+                if word in lowered:
+                    found.update(indexes)
         return sorted(found)
 
     def stale(self, today: datetime.date | None = None) -> list[dict[str, t.Any]]:
