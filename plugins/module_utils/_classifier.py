@@ -195,6 +195,8 @@ def _latest_update(shape: bytes) -> bytes:
 
 
 _SPECIAL_BYTES = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f-\xff]")
+# what makes cleaning change a line (control bytes, a carriage return, ANSI colours) or split it (a bar)
+_FRAME_UNSAFE = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f|]")
 
 
 def _word_search(rules: RuleSet) -> t.Pattern[bytes] | None:
@@ -334,7 +336,7 @@ class Scanner:
         if self._traceback is None and self._shapes.get(shape) is None and self._plain(data):
             self.counts["info"] += 1
             self._learn_plain(shape)
-        elif not (self._traceback is not None and self._plain(data) and self._add_plain_frame(data)):
+        elif not self._add_frame(data):
             self._take(shape, data, pid)
 
     def _plain(self, line: bytes) -> bool:
@@ -347,14 +349,16 @@ class Scanner:
         if self._learn(shape):
             self._shapes[shape] = _INFO
 
-    def _add_plain_frame(self, line: bytes) -> bool:
-        """Add a line that holds no searched word and starts with a space or a tab to the open
-        traceback, the cheap way, when that is what the full path would do (a frame of a
-        traceback with no prefixes, before its exception line)."""
+    def _add_frame(self, line: bytes) -> bool:
+        """Add a frame line (indented, or blank) to the open traceback the cheap way, when that is
+        what the full path would do: a traceback without prefixes before its exception line, and a
+        line that cleaning leaves as it is (no control byte, no progress bar, not too long)."""
         traceback = self._traceback
         if traceback is None or traceback.exception is not None or traceback.stream is not None:
             return False
-        if line[:1] not in (b" ", b"\t") or len(line) > MAX_LINE_CHARS:
+        if line[:1] not in (b" ", b"\t") and line.strip():
+            return False
+        if len(line) > MAX_LINE_CHARS or _FRAME_UNSAFE.search(line):
             return False
         traceback.add(ParsedLine(self.line_number, line.decode("utf-8", "replace").rstrip()))
         return True
@@ -397,7 +401,7 @@ class Scanner:
             else:
                 raw = data[start:end]
                 self.line_number = number
-                if tracing and plain(raw) and self._add_plain_frame(raw):
+                if tracing and self._add_frame(raw):
                     start = end + 1
                     continue
                 if latest_bar is not None:
