@@ -22,7 +22,6 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     FORM_JSON,
     LINE_CUT_MARK,
     MAX_LINE_CHARS,
-    STRUCTURE_WORDS,
     TRACEBACK_HEADER,
     ParsedLine,
     clean,
@@ -35,14 +34,12 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._report import E
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import (
     CLASSES,
     ENGINES,
-    LEVEL_WORDS,
     PHASES,
     Rule,
     RuleError,
     RuleSet,
     check_rules,
     load_rules,
-    word_search_source,
 )
 
 __all__ = ["ENGINES", "RuleError", "Scanner", "check_rules", "classify", "classify_line", "load_rules"]
@@ -199,16 +196,6 @@ _SPECIAL_BYTES = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f-\xff]")
 _FRAME_UNSAFE = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f|]")
 
 
-def _word_search(rules: RuleSet) -> t.Pattern[bytes] | None:
-    """The search that finds the lines worth a look: every word some rule needs, the level words,
-    the traceback header and the other words of the line structure. None when some rule can match
-    a line without any word (then every line is looked at)."""
-    if rules.words is None:
-        return None
-    source, _groups = word_search_source(rules.words + LEVEL_WORDS + STRUCTURE_WORDS)
-    return re.compile(source.encode("latin-1"))
-
-
 def _redact_cut_secret(text: str, cut: int, secrets: t.Sequence[str]) -> str:
     """Replace the beginning of a secret that a line cut left just before the cut mark."""
     head = text[:cut]
@@ -282,7 +269,7 @@ class Scanner:
         self._tail = b""
         self._secrets = sorted({secret for secret in secrets if secret}, key=len, reverse=True)
         self._secret_bytes = [secret.encode("utf-8", "surrogateescape") for secret in self._secrets]
-        self._words = _word_search(rules)
+        self._words = rules.line_search
 
     @property
     def open_traceback(self) -> tuple[int, str] | None:
@@ -333,17 +320,24 @@ class Scanner:
         data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
         self.line_number += 1
         shape = _latest_update(data.translate(_DIGIT_MASK))
-        if self._traceback is None and self._shapes.get(shape) is None and self._plain(data):
-            self.counts["info"] += 1
-            self._learn_plain(shape)
-        elif not self._add_frame(data):
-            self._take(shape, data, pid)
+        found = None
+        if self._traceback is None and self._shapes.get(shape) is None:
+            found = self._words_in(data)
+            if found is not None and not found:
+                self.counts["info"] += 1
+                self._learn_plain(shape)
+                return
+        if not self._add_frame(data):
+            self._take(shape, data, pid, found)
 
-    def _plain(self, line: bytes) -> bool:
-        """True when the line holds no word any rule needs, no level word, no traceback header and
-        no control or non-ASCII byte: then the full path would find it ordinary information."""
+    def _words_in(self, line: bytes) -> set[bytes] | None:
+        """What the word search finds in the line: an empty set when it holds no word any rule
+        needs, no level word, no traceback header (then the full path would find it ordinary
+        information); None when it cannot tell (a control or non-ASCII byte, a rule without words)."""
         words = self._words
-        return words is not None and not _SPECIAL_BYTES.search(line) and not words.search(line.lower())
+        if words is None or _SPECIAL_BYTES.search(line):
+            return None
+        return set(words.findall(line.lower()))
 
     def _learn_plain(self, shape: bytes) -> None:
         if self._learn(shape):
@@ -380,7 +374,7 @@ class Scanner:
         start = 0
         latest_bar: tuple[int, int, int, Rule] | None = None
         tracing = self._traceback is not None
-        plain = self._plain
+        words_in = self._words_in
         for shape in shapes:
             number += 1
             end = start + len(shape)
@@ -395,19 +389,24 @@ class Scanner:
             elif known is not None and known.kind is _BAR:
                 progress += 1
                 latest_bar = (start, end, number, known.rule)  # type: ignore[assignment]
-            elif not tracing and plain(data[start:end]):
-                info += 1
-                self._learn_plain(shape)
             else:
                 raw = data[start:end]
+                start = end + 1
+                found = None
+                if known is None and not tracing:
+                    found = words_in(raw)
+                    if found is not None and not found:
+                        info += 1
+                        self._learn_plain(shape)
+                        continue
                 self.line_number = number
                 if tracing and self._add_frame(raw):
-                    start = end + 1
                     continue
                 if latest_bar is not None:
                     self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
-                self._take(shape, raw, None)
+                self._take(shape, raw, None, found)
                 tracing = self._traceback is not None
+                continue
             start = end + 1
         if latest_bar is not None:
             self._pending_bar = _bar_line(data, latest_bar)
@@ -415,15 +414,16 @@ class Scanner:
         counts["info"] += info
         counts["progress"] += progress
 
-    def _take(self, shape: bytes, raw: bytes, pid: str | None) -> None:
-        """One line at number ``self.line_number``: from the shape cache, or classified from scratch."""
+    def _take(self, shape: bytes, raw: bytes, pid: str | None, found: set[bytes] | None = None) -> None:
+        """One line at number ``self.line_number``: from the shape cache, or classified from scratch
+        (``found``: what the word search found in it, if it was searched)."""
         secret = self._secret_bytes and any(secret in raw for secret in self._secret_bytes)
         known = self._shapes.get(shape) if self._traceback is None and not secret else None
         if known is not None:
             self._take_known(shape, known, raw, pid)
             return
         learnable = self._traceback is None and not secret
-        decision = self._classify_raw(raw, self.line_number, pid)
+        decision = self._classify_raw(raw, self.line_number, pid, found)
         if learnable and decision is not None and self._learn(shape):
             self._shapes[shape] = decision
 
@@ -460,13 +460,13 @@ class Scanner:
 
     # -- classification -----------------------------------------------------------------------
 
-    def _classify_raw(self, raw: bytes | str, number: int, pid: str | None) -> _Decision | None:
+    def _classify_raw(self, raw: bytes | str, number: int, pid: str | None, found: set[bytes] | None = None) -> _Decision | None:
         """Classify a line from scratch; returns what lines of the same shape can reuse, if anything."""
         segments = clean(raw)
-        decisions = [self._classify_segment(parse(text, number, pid)) for text in segments]
+        decisions = [self._classify_segment(parse(text, number, pid), found) for text in segments]
         return decisions[0] if len(decisions) == 1 else None
 
-    def _classify_segment(self, line: ParsedLine) -> _Decision | None:
+    def _classify_segment(self, line: ParsedLine, found: set[bytes] | None = None) -> _Decision | None:
         if self._traceback is not None and self._continue_traceback(self._traceback, line):
             return None
         if line.message == BLOB_PLACEHOLDER:
@@ -476,7 +476,7 @@ class Scanner:
         if line.opens_traceback():
             self._traceback = _OpenTraceback(line)
             return None
-        rule = self.rules.match(line.message, line.level)
+        rule = self.rules.match(line.message, line.level, found)
         if rule is None or rule.rule_class == "info":
             self.counts["info"] += 1
             return _INFO

@@ -23,6 +23,7 @@ import sys
 import time
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._lines import STRUCTURE_WORDS
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, ENGINE_RULE_CHANGES, PACKS
 
 CLASSES = ("fatal", "allowlisted", "unrecognized", "ready", "progress", "info")
@@ -377,43 +378,61 @@ class RuleSet:
 
     def __init__(self, rules: list[Rule]) -> None:
         self.rules = rules
-        self._digit_sensitive = [rule.shape_regex for rule in rules if rule.shape_regex is not None]
+        self._digit_sensitive = [(rule.shape_regex, required_literals(rule.shape_regex)) for rule in rules if rule.shape_regex is not None]
         # rules with no word to look for, tried on every line their levels allow
         self._unworded = tuple(index for index, rule in enumerate(rules) if rule.literals is None)
-        self.words: tuple[str, ...] | None = None
+        rule_words = {word for rule in rules for word in rule.literals or ()}
+        source, groups = word_search_source(rule_words | set(LEVEL_WORDS) | set(STRUCTURE_WORDS))
+        self._word_search = re.compile(source)
+        # where a line can hold nothing but information unless one of these is found in it; None
+        # when some rule can match a line without any word (then every line is looked at)
+        self.line_search: t.Pattern[bytes] | None = None
         if all(rule.literals is not None or rule.needs_level for rule in rules):
-            self.words = tuple(sorted({word for rule in rules for word in rule.literals or ()}))
-        source, groups = word_search_source(word for rule in rules for word in rule.literals or ())
-        self._word_search = re.compile(source) if source else None
-        # a character the search stops at -> the rules holding one of the words looked for from it
-        self._words_at = {
-            anchor: tuple((word, tuple(index for index, rule in enumerate(rules) if word in (rule.literals or ()))) for word in sorted(group))
-            for anchor, group in groups.items()
-        }
+            self.line_search = re.compile(source.encode("latin-1"))
+        # a character the search stops at -> the words looked for from it, each with its rules
+        self._words_at: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
+        for anchor, group in groups.items():
+            words = tuple((word, tuple(index for index, rule in enumerate(rules) if word in (rule.literals or ()))) for word in sorted(group))
+            self._words_at[anchor] = tuple((word, indexes) for word, indexes in words if indexes)
+        self._words_at_byte = {anchor.encode("latin-1"): words for anchor, words in self._words_at.items()}
 
     def shape_is_ambiguous(self, masked_line: str) -> bool:
         """True when a digit-sensitive rule might match some line of this digit-masked shape,
         so the shape's lines must each be matched on their own."""
-        return any(regex.search(masked_line) for regex in self._digit_sensitive)
+        if not self._digit_sensitive:
+            return False
+        lowered = masked_line.lower() if masked_line.isascii() else None
+        for regex, words in self._digit_sensitive:
+            if lowered is not None and words is not None and not any(word in lowered for word in words):
+                continue
+            if regex.search(masked_line):
+                return True
+        return False
 
-    def match(self, message: str, level: str) -> Rule | None:
-        """The first rule, in order, whose pattern is found in the message and whose levels allow it."""
-        for index in self._candidates(message):
+    def match(self, message: str, level: str, anchors: t.Iterable[bytes] | None = None) -> Rule | None:
+        """The first rule, in order, whose pattern is found in the message and whose levels allow it.
+
+        ``anchors``: what ``line_search.findall`` found in the lower-cased line the message comes
+        from (the line holds the message), to spare searching the message again."""
+        for index in self._candidates(message, anchors):
             rule = self.rules[index]
             if rule.applies_to(level) and rule.regex.search(message):
                 return rule
         return None
 
-    def _candidates(self, message: str) -> t.Iterable[int]:
+    def _candidates(self, message: str, anchors: t.Iterable[bytes] | None) -> t.Iterable[int]:
         """Indexes of the rules that can match: those holding a word found in the message (a rule
         cannot match without one), and those without words."""
-        if self._word_search is None or not message.isascii():
+        if not message.isascii():
             return range(len(self.rules))
         lowered = message.lower()
         found = set(self._unworded)
-        words_at = self._words_at
-        for anchor in set(self._word_search.findall(lowered)):
-            for word, indexes in words_at[anchor]:
+        if anchors is None:
+            groups = [self._words_at[anchor] for anchor in set(self._word_search.findall(lowered))]
+        else:
+            groups = [self._words_at_byte[anchor] for anchor in anchors]
+        for words in groups:
+            for word, indexes in words:
                 if word in lowered:
                     found.update(indexes)
         return sorted(found)
