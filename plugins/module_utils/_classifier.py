@@ -58,18 +58,21 @@ _COUNT, _BAR, _RULED, _BLOB_KIND = "count", "bar", "ruled", "blob"
 
 class _Decision:
     """What every line of one digit-masked shape shares: how to count it, the rule that decided,
-    and the event key of its message."""
+    the event key of its message, and whether its lines carry a stream prefix (a worker's or a
+    vLLM level and location: such a line never belongs to a traceback without one)."""
 
-    __slots__ = ("counted", "key", "kind", "rule")
+    __slots__ = ("counted", "key", "kind", "rule", "streamed")
 
-    def __init__(self, kind: str, rule: Rule | None = None, counted: str = "info", key: str | None = None) -> None:
+    def __init__(self, kind: str, rule: Rule | None = None, counted: str = "info", key: str | None = None, streamed: bool = False) -> None:
         self.kind = kind
         self.rule = rule
         self.counted = rule.rule_class if rule is not None else counted
         self.key = key
+        self.streamed = streamed
 
 
 _INFO = _Decision(_COUNT)
+_INFO_STREAMED = _Decision(_COUNT, streamed=True)
 _BLOB = _Decision(_BLOB_KIND)
 
 
@@ -339,6 +342,18 @@ class Scanner:
             return None
         return set(words.findall(line.lower()))
 
+    def _streamed_info(self, shape: bytes, line: bytes) -> _Decision | None:
+        """For a line of a shape known to hold nothing any rule needs, read while a traceback is
+        open: _INFO_STREAMED (and remembered for the shape) when the line carries a stream prefix
+        and the traceback none, so that it is counted without being looked at again."""
+        traceback = self._traceback
+        if traceback is None or traceback.stream is not None or _SPECIAL_BYTES.search(line) or len(line) > MAX_LINE_CHARS:
+            return None
+        if parse(line.decode("utf-8", "replace").rstrip(), self.line_number).stream is None:
+            return None
+        self._shapes[shape] = _INFO_STREAMED
+        return _INFO_STREAMED
+
     def _learn_plain(self, shape: bytes) -> None:
         if self._learn(shape):
             self._shapes[shape] = _INFO
@@ -381,7 +396,9 @@ class Scanner:
             if b"\r" in shape:
                 shape = shape.rstrip(b"\r")
                 shape = shape[shape.rfind(b"\r") + 1 :]
-            known = None if tracing else cache.get(shape)
+            known = cache.get(shape)
+            if tracing and known is not None and not self._outside_traceback(known):
+                known = self._streamed_info(shape, data[start:end]) if known is _INFO else None
             if known is _INFO:
                 info += 1
             elif known is not None and known.kind is _COUNT:
@@ -393,7 +410,13 @@ class Scanner:
                 raw = data[start:end]
                 start = end + 1
                 found = None
-                if known is None and not tracing:
+                if known is not None:
+                    self.line_number = number
+                    if latest_bar is not None:
+                        self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
+                    self._take(shape, raw, None)
+                    continue
+                if not tracing:
                     found = words_in(raw)
                     if found is not None and not found:
                         info += 1
@@ -418,14 +441,20 @@ class Scanner:
         """One line at number ``self.line_number``: from the shape cache, or classified from scratch
         (``found``: what the word search found in it, if it was searched)."""
         secret = self._secret_bytes and any(secret in raw for secret in self._secret_bytes)
-        known = self._shapes.get(shape) if self._traceback is None and not secret else None
-        if known is not None:
+        known = None if secret else self._shapes.get(shape)
+        if known is not None and self._outside_traceback(known):
             self._take_known(shape, known, raw, pid)
             return
         learnable = self._traceback is None and not secret
         decision = self._classify_raw(raw, self.line_number, pid, found)
         if learnable and decision is not None and self._learn(shape):
             self._shapes[shape] = decision
+
+    def _outside_traceback(self, known: _Decision) -> bool:
+        """Whether a line of a known shape is classified as if no traceback were open: none is, or
+        the line carries a stream prefix and the open traceback has none."""
+        traceback = self._traceback
+        return traceback is None or (known.streamed and traceback.stream is None)
 
     def _learn(self, shape: bytes) -> bool:
         """Whether to keep the decision for this shape: within the cache's bounds, and only when
@@ -452,7 +481,7 @@ class Scanner:
             self._apply(rule, parse(clean(raw)[-1], self.line_number, pid), known.key)
         else:
             # a milestone already passed stays passed: from now on lines of this shape are only counted
-            self._shapes[shape] = _Decision(_COUNT, rule)
+            self._shapes[shape] = _Decision(_COUNT, rule, streamed=known.streamed)
 
     def _adds_to_state(self, rule: Rule) -> bool:
         advances = rule.phase is not None and PHASES.index(rule.phase) > PHASES.index(self.phase)
@@ -479,11 +508,11 @@ class Scanner:
         rule = self.rules.match(line.message, line.level, found)
         if rule is None or rule.rule_class == "info":
             self.counts["info"] += 1
-            return _INFO
+            return _INFO if line.stream is None else _INFO_STREAMED
         self.counts[rule.rule_class] += 1
         key = self._key(line.message) if rule.rule_class in self.events else None
         self._apply(rule, line, key)
-        return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key)
+        return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key, streamed=line.stream is not None)
 
     def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
         """What a classified line adds to the report (its count is already taken)."""
