@@ -445,9 +445,13 @@ class Scanner:
         if known is not None and self._outside_traceback(known):
             self._take_known(shape, known, raw, pid)
             return
-        learnable = self._traceback is None and not secret
+        before = self._traceback
         decision = self._classify_raw(raw, self.line_number, pid, found)
-        if learnable and decision is not None and self._learn(shape):
+        if decision is None or secret:
+            return
+        # a line read while a traceback was open is remembered only when the traceback did not
+        # change how it was read (see _outside_traceback)
+        if (before is None or (decision.streamed and before.stream is None)) and self._learn(shape):
             self._shapes[shape] = decision
 
     def _outside_traceback(self, known: _Decision) -> bool:
