@@ -9,9 +9,9 @@ pipeline an operator ran by hand while a restart looked broken:
   the shape cache cannot help;
 - the generated SGLang-style log (bench/generate_log.py: 8 ranks, ~30% tqdm lines, benign warnings).
 
-Then ``journal_scan``'s reading path (journalctl -o json records through the JSON decoder into the
-classifier) over as many journal entries made of the real content, about a third of them byte-array
-messages, in the exact form journalctl prints them.
+Then ``journal_scan``'s reading path (journalctl's output through the reader into the classifier)
+over as many journal entries made of the real content, a third of them binary messages, once as
+``journalctl -o json --all`` prints them and once as ``-o export`` does (the format the reader asks for).
 
 Prints one row per log (pipeline seconds, classifier seconds, ratio, target) and exits non-zero when
 a ratio misses its target.
@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 from generate_log import generate  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner, classify, load_rules  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JOURNAL_FORMAT, JournalSlice  # noqa: E402
 
 TRIAGE_PIPELINE = (
     'sed "s/[[:cntrl:]]//g" {log} | grep -ivE "blob data" '
@@ -48,6 +48,7 @@ TRIAGE_PIPELINE = (
 )
 CORPUS_LOGS = REPO / "tests" / "unit" / "data" / "corpus" / "logs"
 LOG_MARKER = "# ---- verbatim log below ----\n"
+JOURNAL_OUTPUTS = ("json", "export")
 # name, what, target ratio classifier/pipeline
 ROWS = (
     ("real", "real logs, cycled", 2.0),
@@ -109,25 +110,36 @@ def write_real(path: Path, bodies: list[list[str]], lines: int, unique: bool) ->
             out.write(f"{line} {unique_word(index)}\n" if unique else line + "\n")
 
 
-def write_journal_json(path: Path, bodies: list[list[str]], lines: int) -> None:
-    """journalctl -o json --all output for the cycled real content: fields as journalctl orders them,
-    every third message as the byte array journald stores for a message with a carriage return."""
+def journal_records(bodies: list[list[str]], lines: int) -> t.Iterator[dict[str, t.Any]]:
+    """The cycled real content as journal records, fields as journalctl orders them, every third
+    message as bytes with a carriage return (a tqdm update: journald keeps such a message binary)."""
     rng = random.Random(5)
     boot = "".join(rng.choice("0123456789abcdef") for _ in range(32))
-    with path.open("w", encoding="utf-8") as out:
-        for index, line in enumerate(cycled_lines(bodies, lines)):
-            message: t.Any = line
-            if index % 3 == 0:
-                message = list(f"\r{line}".encode())
-            record = {
-                "__CURSOR": f"s=3f0a5c1e2b7d4e6f8a9b0c1d2e3f4a5b;i={index + 1:x};b={boot};m={index * 1000:x};t={1_700_000_000_000_000 + index:x};x={index * 31:016x}",
-                "__REALTIME_TIMESTAMP": str(1_700_000_000_000_000 + index),
-                "__MONOTONIC_TIMESTAMP": str(index * 1000),
-                "_BOOT_ID": boot,
-                "MESSAGE": message,
-                "_PID": str(1000 + index % 8),
-            }
-            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+    for index, line in enumerate(cycled_lines(bodies, lines)):
+        yield {
+            "__CURSOR": f"s=3f0a5c1e2b7d4e6f8a9b0c1d2e3f4a5b;i={index + 1:x};b={boot};m={index * 1000:x};t={1_700_000_000_000_000 + index:x};x={index * 31:016x}",
+            "__REALTIME_TIMESTAMP": str(1_700_000_000_000_000 + index),
+            "__MONOTONIC_TIMESTAMP": str(index * 1000),
+            "_BOOT_ID": boot,
+            "MESSAGE": f"\r{line}".encode() if index % 3 == 0 else line,
+            "_PID": str(1000 + index % 8),
+        }
+
+
+def write_journal(path: Path, output: str, records: t.Iterable[dict[str, t.Any]]) -> None:
+    """The records as ``journalctl -o json --all`` or ``-o export`` prints them."""
+    with path.open("wb") as out:
+        for record in records:
+            if output == "json":
+                fields = {name: list(value) if isinstance(value, bytes) else value for name, value in record.items()}
+                out.write(json.dumps(fields, separators=(",", ":")).encode() + b"\n")
+                continue
+            for name, value in record.items():
+                if isinstance(value, bytes):
+                    out.write(name.encode() + b"\n" + len(value).to_bytes(8, "little") + value + b"\n")
+                else:
+                    out.write(f"{name}={value}\n".encode())
+            out.write(b"\n")
 
 
 # -- the runs ------------------------------------------------------------------------------------
@@ -143,7 +155,7 @@ def run_classifier(log: Path) -> dict[str, t.Any]:
 
 
 def run_journal_scan(records: Path) -> tuple[dict[str, t.Any], int]:
-    """journal_scan's path: journalctl's JSON lines read by JournalSlice into a Scanner (here
+    """journal_scan's path: journalctl's output read by JournalSlice into a Scanner (here
     journalctl is ``cat`` of the records, so what is timed is our side of the pipe)."""
     rules = load_rules("sglang")
 
@@ -187,13 +199,15 @@ def main() -> int:
             within = print_row(what, pipeline, classifier, args.lines, target) and within
             print(f"{'':<26} verdict {report['verdict']}, counts {report['counts']}")
         if not args.no_journal:
-            records = Path(scratch) / "journal.json"
-            write_journal_json(records, bodies, args.lines)
-            size_mb = records.stat().st_size / 1e6
-            result: list[t.Any] = []
-            seconds = best_of(args.repeat, lambda: result.__setitem__(slice(None), run_journal_scan(records)))
-            report, count = result
-            print(f"journal_scan over {count:,} journalctl -o json entries ({size_mb:.0f} MB): {seconds:.2f} s ({count / seconds / 1e6:.2f} M entries/s)")
+            print(f"journal_scan over {args.lines:,} journal entries (a third binary), journalctl output read by JournalSlice:")
+            for output in JOURNAL_OUTPUTS:
+                records = Path(scratch) / f"journal.{output}"
+                write_journal(records, output, journal_records(bodies, args.lines))
+                result: list[t.Any] = []
+                seconds = best_of(args.repeat, lambda records=records: result.__setitem__(slice(None), run_journal_scan(records)))  # type: ignore[misc]
+                report, count = result
+                used = " (used)" if output == JOURNAL_FORMAT else ""
+                print(f"  -o {output:<7}{used:<8} {records.stat().st_size / 1e6:6.0f} MB {seconds:8.2f} s {count / seconds / 1e6:7.2f} M entries/s")
             print(f"{'':<26} verdict {report['verdict']}, counts {report['counts']}")
     return 0 if within else 1
 

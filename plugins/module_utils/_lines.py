@@ -213,9 +213,12 @@ def detect_form(sample: str) -> str:
 
 
 def record_message(record: t.Mapping[str, t.Any]) -> bytes | str:
-    """MESSAGE of a journal record: a string, or the list of byte values journald uses when the
-    message holds control characters (tqdm's carriage returns) or invalid UTF-8."""
+    """MESSAGE of a journal record: a string, or bytes (journalctl -o export), or the list of byte
+    values of journalctl -o json when the message holds control characters (tqdm's carriage
+    returns) or invalid UTF-8; a list that is not bytes (a value over 255 or negative) is empty."""
     message = record.get("MESSAGE", "")
+    if isinstance(message, (bytes, str)):
+        return message
     if isinstance(message, list):
         try:
             return bytes(message)

@@ -65,7 +65,7 @@ def test_unit_state_fills_missing_and_reports_errors() -> None:
 def test_unit_name_and_journal_command() -> None:
     assert unit_name("sglang") == "sglang.service" and unit_name("x.socket") == "x.socket"
     argv = journal_command("sglang", INVOCATION, cursor="s=abc;i=1", since="-10min")
-    assert argv[:5] == ["journalctl", "--no-pager", "--quiet", "-o", "json"]
+    assert argv[:5] == ["journalctl", "--no-pager", "--quiet", "-o", "export"]
     assert "--output-fields=MESSAGE,_PID,__CURSOR,__REALTIME_TIMESTAMP" in argv
     assert "--after-cursor=s=abc;i=1" in argv and "--since=-10min" in argv
     assert argv[-2:] == ["_SYSTEMD_UNIT=sglang.service", f"_SYSTEMD_INVOCATION_ID={INVOCATION}"]
