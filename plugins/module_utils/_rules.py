@@ -42,10 +42,11 @@ CLASS_PRECEDENCE = ("allowlisted", "fatal", "ready", "progress", "info", "unreco
 # What a rule sees of a line at most: a longer line is cut (see _lines.MAX_LINE_CHARS); the
 # adversarial probes are this long.
 PROBE_CHARS = 16_384
-# CPU seconds one rule may spend on one probe; a linear pattern needs about a millisecond.
-PROBE_CPU_SECONDS = 0.1
+# CPU seconds one rule may spend on one probe: a linear pattern needs about a millisecond, one that
+# backtracks over the whole probe from every position (``\w+@``) half a second.
+PROBE_CPU_SECONDS = 0.25
 # Wall-clock seconds after which a probe that has not answered is taken as hung.
-PROBE_HANG_SECONDS = 5.0
+PROBE_HANG_SECONDS = 3.0
 PROBES: tuple[tuple[str, str], ...] = (
     ("a run of word characters", "a" * PROBE_CHARS),
     ("a run of word characters and a colon at the end", "a" * (PROBE_CHARS - 1) + ":"),
@@ -544,7 +545,7 @@ def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = P
             if seconds is None:
                 raise RuleError(f"{rule.label}: pattern {rule.pattern!r} did not finish within {PROBE_HANG_SECONDS:g} s on {probe_name} ({PROBE_CHARS} characters): it backtracks without bound; rewrite it")
             if seconds > PROBE_CPU_SECONDS:
-                raise RuleError(f"{rule.label}: pattern {rule.pattern!r} took {seconds:.2f} s on {probe_name} ({PROBE_CHARS} characters), more than {PROBE_CPU_SECONDS:g} s: its cost grows faster than the line; rewrite it")
+                raise RuleError(f"{rule.label}: pattern {rule.pattern!r} took {seconds:.2f} s on {probe_name} ({PROBE_CHARS} characters), more than {PROBE_CPU_SECONDS:g} s: its cost grows faster than the line (a repeat such as \\w+ or .* tried from every position); anchor it or bound the repeat ({{1,64}})")
     finally:
         if child.poll() is None:
             child.kill()
