@@ -281,3 +281,63 @@ def test_a_very_long_traceback_keeps_its_head_and_tail() -> None:
     assert any("lines left out" in line for line in event["traceback"])
     assert len(event["traceback"]) <= 61
     assert report["counts"]["fatal"] == 602
+
+
+def test_journal_json_whose_first_record_has_no_message_is_still_records() -> None:
+    records = [{"__CURSOR": "s=a;i=1", "_PID": "7"}, journal_record(OOM, pid=7), journal_record(READY)]
+    report = classify("\n".join(json.dumps(record) for record in records) + "\n")
+    assert report["lines"] == 3
+    assert report["fatal"][0]["message"] == OOM and report["fatal"][0]["first_line"] == 2
+    assert report["fatal"][0]["ranks"] == ["pid7"]
+    # an engine that logs JSON objects of its own is raw text, not journal records
+    own = classify('{"level": "error", "msg": "CUDA out of memory"}\n')
+    assert own["lines"] == 1 and "CUDA out of memory" in own["fatal"][0]["message"]
+
+
+def test_byte_arrays_with_values_that_are_not_bytes_are_empty_lines() -> None:
+    report = classify([{"MESSAGE": [300, -1, 65]}, {"MESSAGE": [72, "x"]}, {"MESSAGE": None}, {"MESSAGE": 12}, journal_record(READY)])
+    assert report["lines"] == 5 and report["verdict"] == "pass"
+
+
+def test_a_key_is_redacted_from_everything_the_report_holds() -> None:
+    key = "sk-4f2a9917c0de4b5e8d7c31a6"  # digits in it: masked forms must not show its letters either
+    lines = [
+        f"[2025-03-08 12:29:13 TP0] Scheduler hit an exception: Traceback (most recent call last): key={key}",
+        f'  File "/srv/app.py", line 9, in check {key}',
+        f"RuntimeError: invalid api key {key} for /v1/chat (len {len(key)})",
+        f"[2025-03-08 12:29:14 TP1] Frobnicator refused token {key}",
+        f"[2025-03-08 12:29:15 TP1] Loading safetensors checkpoint shards:  42% Completed | 68/163 [{key}]",
+        "[2025-03-08 12:29:16 TP1] ERROR: " + "y" * 20_000 + key,
+        # cut after the first 10 characters of the key
+        "[2025-03-08 12:29:16 TP1] ERROR: " + "z" * (16_384 - 33 - 10) + key,
+    ]
+    scanner = Scanner(load_rules("sglang"), secrets=[key, ""])
+    scanner.feed_text("\n".join(lines) + "\n")
+    held = scanner.open_traceback
+    report = scanner.finish()
+    text = json.dumps(report) + json.dumps(held)
+    assert report["fatal"] and report["unrecognized"] and report["progress"]
+    assert "[redacted]" in text
+    for piece in (key, key[:10], key[-12:], "sk-<n>f<n>a", "c0de4b5e8d7c31a6"):
+        assert piece not in text, piece
+    assert scanner.redact(f"x {key} y") == "x [redacted] y"
+
+
+def test_without_secrets_nothing_is_redacted() -> None:
+    line = "[2025-03-08 12:29:14 TP1] Frobnicator refused token sk-12345678"
+    assert classify(line)["unrecognized"][0]["message"] == "Frobnicator refused token sk-12345678"
+
+
+@pytest.mark.parametrize("size", [100_000, 1_000_000])
+def test_one_huge_line_costs_what_its_first_16_kb_cost(size: int) -> None:
+    import time
+
+    for body in ("x" * size, "1" * size, "a:" * (size // 2), " " * size):
+        started = time.process_time()
+        report = classify("ERROR: " + body + "\n" + READY + "\n")
+        seconds = time.process_time() - started
+        event = report["fatal"][0]
+        assert event["message"].endswith(f"[... {size + 7 - 16_384} more characters not read]"), event["message"][-80:]
+        assert len(event["message"]) < 16_500
+        # was 18 s for 100 KB and more than 120 s for 1 MB; a generous bound, not a benchmark
+        assert seconds < 5, (body[:4], seconds)
