@@ -32,6 +32,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import 
 )
 
 INVOCATION = "5c6f1b0d2a0e4f7b9a3c8e1d2f4a6b8c"
+OOM_LINE = "[2025-03-08 12:29:14 TP3] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.99 GiB"
 SHOW = """Id=sglang.service
 LoadState=loaded
 ActiveState=activating
@@ -306,3 +307,56 @@ def test_health_url_checks() -> None:
     assert split_url("https://h")[2] == 443
     with pytest.raises(HealthURLError):
         split_url("ftp://h/x")
+
+
+def export_bytes(records: list[dict[str, Any]]) -> bytes:
+    """Records as journalctl -o export prints them: text fields as NAME=value, binary ones sized."""
+    out = b""
+    for record in records:
+        for name, value in record.items():
+            if isinstance(value, bytes):
+                out += name.encode() + b"\n" + len(value).to_bytes(8, "little") + value + b"\n"
+            else:
+                out += f"{name}={value}\n".encode()
+        out += b"\n"
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_export_records_keep_binary_messages_and_pids(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from ansible_collections.inferops.runbooks.plugins.module_utils import _systemd
+
+    monkeypatch.setattr(_systemd, "READ_CHUNK", chunk)
+    bar = b"\rLoading  10%\rLoading  42%\n\n=\x00\xff"
+    records = [
+        {"__CURSOR": "s=a;i=1", "__REALTIME_TIMESTAMP": "1700000000000001", "MESSAGE": "plain = text", "_PID": "41"},
+        {"__CURSOR": "s=a;i=2", "__REALTIME_TIMESTAMP": "1700000000000002", "MESSAGE": bar, "_PID": "42"},
+        {"__CURSOR": "s=a;i=3", "_PID": "43"},
+    ]
+    read = list(_systemd.read_records(io.BufferedReader(io.BytesIO(export_bytes(records)))))  # type: ignore[arg-type]
+    assert read == records
+    assert isinstance(read[1]["MESSAGE"], bytes)
+    as_json = b"\n".join(json.dumps({**record, "MESSAGE": list(record["MESSAGE"])} if isinstance(record.get("MESSAGE"), bytes) else record).encode() for record in records)
+    assert [r.get("_PID") for r in _systemd.read_records(io.BufferedReader(io.BytesIO(as_json)))] == ["41", "42", "43"]  # type: ignore[arg-type]
+    assert list(_systemd.read_records(io.BufferedReader(io.BytesIO(b"")))) == []  # type: ignore[arg-type]
+
+
+def test_a_slice_read_as_export_classifies_like_text(tmp_path: Path) -> None:
+    import subprocess
+
+    lines = ["[2025-03-08 12:29:13 TP0] Load weight begin.", "\rLoading safetensors checkpoint shards:  42% Completed | 68/163 [00:05<00:07]", OOM_LINE]
+    records = [{"__CURSOR": f"c{i}", "MESSAGE": line.encode() if "\r" in line else line, "_PID": "9"} for i, line in enumerate(lines)]
+    data = tmp_path / "journal.export"
+    data.write_bytes(export_bytes(records))
+
+    def popen(argv: list[str], **kwargs: Any) -> Any:
+        assert argv[argv.index("-o") + 1] == "export"
+        return subprocess.Popen(["cat", str(data)], **kwargs)
+
+    journal = JournalSlice(lambda: Scanner(load_rules("sglang")), "sglang", INVOCATION, popen=popen)
+    journal.read()
+    report, cursor = journal.finish()
+    assert cursor == "c2" and report["lines"] == 3
+    assert report["progress"]["percent"] == 42 and report["fatal"][0]["ranks"] == ["TP3"]
