@@ -527,6 +527,8 @@ class Scanner:
         if rule.phase:
             self._enter_phase(rule.phase, line)
         if rule.progress_bar:
+            # this bar line is newer than any bar state still waiting to be read
+            self._pending_bar = None
             self._read_bar(line)
 
     def _record(self, event_class: str, rule: Rule | None, line: ParsedLine, key: str | None = None) -> Event | None:
