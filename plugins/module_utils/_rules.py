@@ -62,7 +62,7 @@ PROBES: tuple[tuple[str, str], ...] = (
 
 # A level a line can carry only when it holds one of these words (see _lines._strip_level): the
 # rules restricted to such levels need no literal of their own.
-LEVEL_WORDS = ("warn", "error", "critical", "fatal") + tuple(f"[{letter}{digit}" for letter in "wef" for digit in "0123456789")
+LEVEL_WORDS = ("warn", "error", "critical", "fatal", *(f"[{letter}{digit}" for letter in "wef" for digit in "0123456789"))
 QUIET_LEVELS = frozenset(("none", "DEBUG", "INFO"))
 
 _DIGIT_OUTSIDE_ESCAPES = re.compile(r"(?<![\\{,])\d(?![\d,]*\})")
@@ -187,7 +187,7 @@ _PARSER: t.Any = None
 
 
 def _parser() -> t.Any:
-    global _PARSER  # noqa: PLW0603 - imported once, on first use
+    global _PARSER
     if _PARSER is None:
         try:
             _PARSER = importlib.import_module("re._parser")
@@ -201,7 +201,7 @@ def required_literals(regex: t.Pattern[str]) -> tuple[str, ...] | None:
     when no such words can be named (``.``, ``\\d+``, a back-reference...)."""
     try:
         parsed = _parser().parse(regex.pattern, regex.flags)
-    except Exception:  # noqa: BLE001 - the pattern compiled; a parser difference only costs speed
+    except Exception:
         return None
     found = _required(list(parsed))
     return tuple(sorted(found)) if found else None
@@ -221,7 +221,7 @@ def _required(items: list[tuple[t.Any, t.Any]]) -> frozenset[str] | None:
         if name == "BRANCH":
             alternatives = [_required(list(branch)) for branch in value[1]]
             if all(alternatives):
-                options.append(frozenset().union(*t.cast(list, alternatives)))
+                options.append(frozenset().union(*t.cast("list[frozenset[str]]", alternatives)))
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and value[0] >= 1:
             inner = _required(list(value[2]))
             if inner:
@@ -533,19 +533,22 @@ def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = P
     does not finish one within PROBE_HANG_SECONDS."""
     if not rules:
         return
-    child = subprocess.Popen(
-        [sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert child.stdin is not None and child.stdout is not None  # noqa: S101 - set by Popen
+        assert child.stdin is not None and child.stdout is not None
         child.stdin.write(json.dumps([[rule.pattern for rule in rules], [text for _name, text in probes]]) + "\n")
         child.stdin.close()
         for rule_index, probe_index, seconds in _probe_results(child):
             rule, (probe_name, _text) = rules[rule_index], probes[probe_index]
+            where = f"{rule.label}: pattern {rule.pattern!r}"
+            probe = f"{probe_name} ({PROBE_CHARS} characters)"
             if seconds is None:
-                raise RuleError(f"{rule.label}: pattern {rule.pattern!r} did not finish within {PROBE_HANG_SECONDS:g} s on {probe_name} ({PROBE_CHARS} characters): it backtracks without bound; rewrite it")
+                raise RuleError(f"{where} did not finish within {PROBE_HANG_SECONDS:g} s on {probe}: it backtracks without bound; rewrite it")
             if seconds > PROBE_CPU_SECONDS:
-                raise RuleError(f"{rule.label}: pattern {rule.pattern!r} took {seconds:.2f} s on {probe_name} ({PROBE_CHARS} characters), more than {PROBE_CPU_SECONDS:g} s: its cost grows faster than the line (a repeat such as \\w+ or .* tried from every position); anchor it or bound the repeat ({{1,64}})")
+                raise RuleError(
+                    f"{where} took {seconds:.2f} s on {probe}, more than {PROBE_CPU_SECONDS:g} s: its cost grows faster than the line"
+                    " (a repeat such as \\w+ or .* tried from every position); anchor it or bound the repeat ({1,64})"
+                )
     finally:
         if child.poll() is None:
             child.kill()

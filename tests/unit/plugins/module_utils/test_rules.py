@@ -74,7 +74,7 @@ def test_disabled_rules_must_be_ids() -> None:
 
 
 def test_engine_must_be_known() -> None:
-    with pytest.raises(RuleError, match="engine 'tgi' is not one of auto, sglang, vllm|engine 'tgi' is not one of"):
+    with pytest.raises(RuleError, match=r"engine 'tgi' is not one of auto, sglang, vllm"):
         check_rules("tgi")
     assert set(ENGINES) == {"auto", "sglang", "vllm"}
 
@@ -98,7 +98,9 @@ def test_a_catastrophic_pattern_is_refused_naming_rule_and_probe() -> None:
 def test_a_quadratic_pattern_is_refused() -> None:
     with pytest.raises(RuleError) as error:
         check_rules("sglang", [rule(id="site-slow", pattern=r"\w*@")])
-    assert "rule 'site-slow'" in str(error.value) and "grows faster than the line" in str(error.value)
+    # refused for its CPU time (or, on a machine too busy to answer in time, as hung)
+    assert "rule 'site-slow'" in str(error.value)
+    assert "grows faster than the line" in str(error.value) or "did not finish" in str(error.value)
 
 
 def test_check_rules_also_refuses_what_load_rules_refuses() -> None:

@@ -338,7 +338,9 @@ def test_export_records_keep_binary_messages_and_pids(chunk: int, monkeypatch: p
     read = list(_systemd.read_records(io.BufferedReader(io.BytesIO(export_bytes(records)))))  # type: ignore[arg-type]
     assert read == records
     assert isinstance(read[1]["MESSAGE"], bytes)
-    as_json = b"\n".join(json.dumps({**record, "MESSAGE": list(record["MESSAGE"])} if isinstance(record.get("MESSAGE"), bytes) else record).encode() for record in records)
+    as_json = b"\n".join(
+        json.dumps({**record, "MESSAGE": list(record["MESSAGE"])} if isinstance(record.get("MESSAGE"), bytes) else record).encode() for record in records
+    )
     assert [r.get("_PID") for r in _systemd.read_records(io.BufferedReader(io.BytesIO(as_json)))] == ["41", "42", "43"]  # type: ignore[arg-type]
     assert list(_systemd.read_records(io.BufferedReader(io.BytesIO(b"")))) == []  # type: ignore[arg-type]
 
