@@ -12,24 +12,33 @@ options:
     description:
       - Which inference engine wrote the journal, to choose the shipped rule packs.
       - V(auto) uses the rules of every engine.
+      - With V(sglang), only SGLang's own marker (C(The server is fired up and ready to roll)) is ready; uvicorn's
+        C(Application startup complete) is progress (SGLang still runs its warmup request then). With V(vllm) and
+        V(auto), uvicorn's start-up line is ready, as vLLM serves from then on.
     type: str
     choices: [auto, sglang, vllm]
     default: sglang
   extra_rules:
     description:
       - Your own rules, tried before the shipped ones.
-      - Each rule is a mapping with C(id), C(pattern) (a case-insensitive regular expression searched in the
-        message without its timestamp, rank and level prefixes) and C(reason); optionally C(class)
+      - Each rule is a mapping with C(id) (a string), C(pattern) and C(reason) (a string); optionally C(class)
         (default V(allowlisted); one of V(fatal), V(allowlisted), V(unrecognized), V(ready), V(progress), V(info)),
-        C(reference), C(expires) (YYYY-MM-DD, after which the rule is reported as stale), C(phase),
-        C(levels), C(progress_bar).
+        C(reference) (a string), C(expires) (YYYY-MM-DD, after which the rule is reported as stale), C(phase)
+        (a start phase), C(levels) (a list of V(none), V(DEBUG), V(INFO), V(WARNING), V(ERROR), V(CRITICAL)),
+        C(progress_bar) (true or false).
+      - C(pattern) is a case-insensitive regular expression searched in the message without its timestamp,
+        rank and level prefixes; or a list of such expressions, meaning any of them (each is its own
+        expression, never a character class). A number or any other type is refused.
+      - A rule sees at most the first 16384 characters of a line (a longer line is cut, with a note of how much
+        was left out). A pattern whose cost grows faster than the line (nested or unanchored repeats that
+        backtrack) is refused by the roles' preflight, which tries every rule on long adversarial lines first.
       - A rule that cannot be used fails the task with a message naming it.
     type: list
     elements: dict
     default: []
   disabled_rules:
     description:
-      - Ids of shipped rules to leave out. An id that matches no rule fails the task.
+      - Ids of shipped rules to leave out. An id that matches no rule, or an entry that is not a string, fails the task.
     type: list
     elements: str
     default: []
