@@ -355,8 +355,16 @@ class Scanner:
         return _INFO_STREAMED
 
     def _learn_plain(self, shape: bytes) -> None:
-        if self._learn(shape):
-            self._shapes[shape] = _INFO
+        """Remember a shape whose line holds no searched word: every line of it holds none, unless
+        a searched word has digits that the mask hides."""
+        if len(self._shapes) >= MAX_SHAPES or self._shape_bytes + len(shape) > MAX_SHAPE_BYTES:
+            return
+        if self.rules.digit_words:
+            lowered = shape.lower()
+            if any(word in lowered for word in self.rules.digit_words):
+                return
+        self._shape_bytes += len(shape)
+        self._shapes[shape] = _INFO
 
     def _add_frame(self, line: bytes) -> bool:
         """Add a frame line (indented, or blank) to the open traceback the cheap way, when that is

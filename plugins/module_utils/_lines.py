@@ -46,6 +46,8 @@ _BRACKET_LEVEL = re.compile(rf"^\[({_LEVEL_WORDS})\] ")
 _GLOG_LEVEL = re.compile(r"^\[([WEIF])\d{3,4} [\d:.]+ ([\w.]+:\d+)\] ")
 _NCCL_LEVEL = re.compile(r"^\S+:\d+:\d+ \[\d+\] (?:\S+ )?NCCL (INFO|WARN|ERROR) ")
 _PYTHON_WARNING = re.compile(r"\b\w*Warning: ")
+_PREFIX_OPENERS = ("[", "(")
+_LEVEL_INITIALS = frozenset("DIWECF")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 _CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
@@ -116,7 +118,8 @@ def parse(text: str, number: int, pid: str | None = None) -> ParsedLine:
     if journal:
         pid = pid or journal.group(2)
         rest = rest[journal.end() :]
-    rest = _PLATFORM_ERROR_PREFIX.sub("", rest, count=1)
+    if rest.startswith("ERROR "):
+        rest = _PLATFORM_ERROR_PREFIX.sub("", rest, count=1)
     rest = _strip_engine_prefixes(line, rest)
     rest = _strip_level(line, rest)
     if line.rank is None and pid:
@@ -126,7 +129,8 @@ def parse(text: str, number: int, pid: str | None = None) -> ParsedLine:
 
 
 def _strip_engine_prefixes(line: ParsedLine, rest: str) -> str:
-    while True:
+    # every engine prefix starts with a bracket or a parenthesis: most lines are told at once
+    while rest[:1] in _PREFIX_OPENERS:
         match = _SGLANG_PREFIX.match(rest)
         if match:
             line.timestamp = " ".join(part for part in match.group(1, 2) if part)
@@ -142,10 +146,14 @@ def _strip_engine_prefixes(line: ParsedLine, rest: str) -> str:
             return rest
         line.tagged = True
         rest = rest[match.end() :]
+    return rest
 
 
 def _strip_level(line: ParsedLine, rest: str) -> str:
-    stamp = _LEADING_TIMESTAMP.match(rest)
+    first = rest[:1]
+    if not first:
+        return rest
+    stamp = _LEADING_TIMESTAMP.match(rest) if first.isdecimal() else None
     if stamp:
         line.timestamp = line.timestamp or stamp.group(1)
         rest = rest[stamp.end() :]
@@ -155,24 +163,14 @@ def _strip_level(line: ParsedLine, rest: str) -> str:
             line.logger, line.level = pylog.group(1), _level(pylog.group(2))
             return rest[pylog.end() :]
         return rest
-    vllm = _VLLM_LEVEL.match(rest)
-    if vllm:
-        line.level, line.timestamp = _level(vllm.group(1)), line.timestamp or vllm.group(2)
-        line.logger = vllm.group(3)
-        line.stream = f"{line.stream or ''}{vllm.group(1)} {vllm.group(3)}"
-        line.tagged = True
-        return rest[vllm.end() :]
-    for pattern in (_UVICORN_LEVEL, _BRACKET_LEVEL):
-        match = pattern.match(rest)
-        if match:
-            line.level = _level(match.group(1))
-            line.tagged = True
-            return rest[match.end() :]
-    glog = _GLOG_LEVEL.match(rest)
-    if glog:
-        line.level, line.logger = _level(glog.group(1)), glog.group(2)
-        line.tagged = True
-        return rest[glog.end() :]
+    if first in _LEVEL_INITIALS:
+        level = _level_prefix(line, rest)
+        if level is not None:
+            return level
+    elif first == "[":
+        level = _bracket_level(line, rest)
+        if level is not None:
+            return level
     nccl = _NCCL_LEVEL.match(rest)
     if nccl:
         line.level = _level(nccl.group(1))
@@ -181,6 +179,38 @@ def _strip_level(line: ParsedLine, rest: str) -> str:
     if _PYTHON_WARNING.search(rest):
         line.level = "WARNING"
     return rest
+
+
+def _level_prefix(line: ParsedLine, rest: str) -> str | None:
+    """vLLM's ``LEVEL mm-dd hh:mm:ss [file.py:n] `` or uvicorn's ``LEVEL:  ``; the rest of the line."""
+    vllm = _VLLM_LEVEL.match(rest)
+    if vllm:
+        line.level, line.timestamp = _level(vllm.group(1)), line.timestamp or vllm.group(2)
+        line.logger = vllm.group(3)
+        line.stream = f"{line.stream or ''}{vllm.group(1)} {vllm.group(3)}"
+        line.tagged = True
+        return rest[vllm.end() :]
+    match = _UVICORN_LEVEL.match(rest)
+    if match:
+        line.level = _level(match.group(1))
+        line.tagged = True
+        return rest[match.end() :]
+    return None
+
+
+def _bracket_level(line: ParsedLine, rest: str) -> str | None:
+    """``[LEVEL] `` or glog's ``[W0530 12:00:00.123 file.cc:42] ``; the rest of the line."""
+    match = _BRACKET_LEVEL.match(rest)
+    if match:
+        line.level = _level(match.group(1))
+        line.tagged = True
+        return rest[match.end() :]
+    glog = _GLOG_LEVEL.match(rest)
+    if glog:
+        line.level, line.logger = _level(glog.group(1)), glog.group(2)
+        line.tagged = True
+        return rest[glog.end() :]
+    return None
 
 
 def _level(word: str) -> str:

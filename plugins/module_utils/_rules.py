@@ -374,6 +374,13 @@ def _type_name(value: t.Any) -> str:
     return "a value of another type"
 
 
+_ZERO_DIGITS = str.maketrans("0123456789", "0000000000")
+
+
+def groups_words(groups: t.Mapping[str, frozenset[str]]) -> set[str]:
+    return {word for group in groups.values() for word in group}
+
+
 class RuleSet:
     """Rules in the order they are tried: users' rules first, then the shipped packs by precedence."""
 
@@ -396,6 +403,9 @@ class RuleSet:
             words = tuple((word, tuple(index for index, rule in enumerate(rules) if word in (rule.literals or ()))) for word in sorted(group))
             self._words_at[anchor] = tuple((word, indexes) for word, indexes in words if indexes)
         self._words_at_byte = {anchor.encode("latin-1"): words for anchor, words in self._words_at.items()}
+        # the searched words that hold digits, digits masked: two lines of one digit-masked shape
+        # hold the same words, unless one of these is in the shape
+        self.digit_words = tuple(sorted({word.translate(_ZERO_DIGITS).encode("latin-1") for word in groups_words(groups) if any(c.isdigit() for c in word)}))
 
     def shape_is_ambiguous(self, masked_line: str) -> bool:
         """True when a digit-sensitive rule might match some line of this digit-masked shape,
