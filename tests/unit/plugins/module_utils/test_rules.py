@@ -74,7 +74,7 @@ def test_disabled_rules_must_be_ids() -> None:
 
 
 def test_engine_must_be_known() -> None:
-    with pytest.raises(RuleError, match=r"engine 'tgi' is not one of auto, sglang, vllm"):
+    with pytest.raises(RuleError, match=r"engine 'tgi' is not one of sglang, vllm, auto"):
         check_rules("tgi")
     assert set(ENGINES) == {"auto", "sglang", "vllm"}
 
