@@ -163,10 +163,9 @@ def run_journal_scan(records: Path) -> tuple[dict[str, t.Any], int]:
     def popen(argv: list[str], **kwargs: t.Any) -> t.Any:
         return subprocess.Popen(["cat", str(records)], **kwargs)
 
-    journal = JournalSlice(lambda: Scanner(rules), "sglang.service", None, popen=popen)
+    journal = JournalSlice(Scanner(rules), "sglang.service", None, popen=popen)
     journal.read()
-    report, _cursor = journal.finish()
-    return report, journal.records
+    return journal.scanner.finish(), journal.records
 
 
 def print_row(what: str, pipeline: float, classifier: float, lines: int, target: float) -> bool:

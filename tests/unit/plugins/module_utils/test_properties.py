@@ -213,7 +213,7 @@ def test_any_journalctl_output_is_read_without_error(data: bytes, as_json: bool)
     raw = (b"{" + data) if as_json else data
     for item in _systemd.read_records(io.BufferedReader(io.BytesIO(raw))):  # type: ignore[arg-type]
         assert isinstance(item, dict)
-        _systemd.message_text(item.get("MESSAGE"))
+        _systemd.message_text(item)
 
 
 @settings(max_examples=60)
@@ -224,7 +224,7 @@ def test_json_lines_of_any_values_are_read(records: list[dict[str, t.Any]]) -> N
     read = list(_systemd.read_records(io.BufferedReader(io.BytesIO(text))))  # type: ignore[arg-type]
     assert read == [item for item in records if item] or read == records
     for item in read:
-        _systemd.message_text(item.get("MESSAGE"))
+        _systemd.message_text(item)
 
 
 # -- rule validation ------------------------------------------------------------------------------

@@ -357,8 +357,8 @@ def test_a_slice_read_as_export_classifies_like_text(tmp_path: Path) -> None:
         assert argv[argv.index("-o") + 1] == "export"
         return subprocess.Popen(["cat", str(data)], **kwargs)
 
-    journal = JournalSlice(lambda: Scanner(load_rules("sglang")), "sglang", INVOCATION, popen=popen)
+    journal = JournalSlice(Scanner(load_rules("sglang")), "sglang", INVOCATION, popen=popen)
     journal.read()
-    report, cursor = journal.finish()
-    assert cursor == "c2" and report["lines"] == 3
+    report = journal.scanner.finish()
+    assert journal.cursor == "c2" and report["lines"] == 3
     assert report["progress"]["percent"] == 42 and report["fatal"][0]["ranks"] == ["TP3"]
