@@ -9,12 +9,15 @@ import collections
 import io
 import json
 import re
+import shutil
+import tempfile
 import typing as t
 import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _systemd
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner, classify
@@ -23,6 +26,9 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._rules import Ru
 from tests.figures import record
 from tests.unit.conftest import corpus_lines, corpus_logs
 
+# hypothesis keeps caches in a folder of its own: a temporary one, removed after these tests
+HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="inferops-hypothesis-")
+set_hypothesis_home_dir(HYPOTHESIS_HOME)
 # no example database on disk (tests leave nothing behind), no per-example deadline on a shared machine
 settings.register_profile("inferops", database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("inferops")
@@ -37,6 +43,7 @@ MAX_SEEN = MAX_LINE_CHARS + len(LINE_CUT_NOTE.format(10**9))
 @pytest.fixture(scope="module", autouse=True)
 def _count_cases() -> t.Iterator[None]:
     yield
+    shutil.rmtree(HYPOTHESIS_HOME, ignore_errors=True)
     details = ", ".join(f"{name} {count}" for name, count in sorted(CASES.items()))
     record(f"\nproperty-based tests: {sum(CASES.values())} generated cases ({details})")
 
