@@ -115,7 +115,7 @@ def journal_records(bodies: list[list[str]], lines: int) -> t.Iterator[dict[str,
     """The cycled real content as journal records, fields as journalctl orders them, every third
     message as bytes with a carriage return (a tqdm update: journald keeps such a message binary)."""
     rng = random.Random(5)
-    boot = "".join(rng.choice("0123456789abcdef") for _ in range(32))
+    boot = "".join(rng.choice("0123456789abcdef") for _digit in range(32))
     for index, line in enumerate(cycled_lines(bodies, lines)):
         yield {
             "__CURSOR": f"s={SEQNUM_ID};i={index + 1:x};b={boot};m={index * 1000:x};t={1_700_000_000_000_000 + index:x};x={index * 31:016x}",

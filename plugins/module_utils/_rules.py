@@ -545,7 +545,8 @@ def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = P
         return
     child = subprocess.Popen([sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert child.stdin is not None and child.stdout is not None
+        if child.stdin is None or child.stdout is None:
+            raise RuleError("the rule probe process has no pipes")
         child.stdin.write(json.dumps([[rule.pattern for rule in rules], [text for _name, text in probes]]) + "\n")
         child.stdin.close()
         for rule_index, probe_index, seconds in _probe_results(child):

@@ -329,10 +329,10 @@ def test_export_records_keep_binary_messages_and_pids(chunk: int, monkeypatch: p
     from ansible_collections.inferops.runbooks.plugins.module_utils import _systemd
 
     monkeypatch.setattr(_systemd, "READ_CHUNK", chunk)
-    bar = b"\rLoading  10%\rLoading  42%\n\n=\x00\xff"
+    burst = b"\rLoading  10%\rLoading  42%\n\n=\x00\xff"
     records = [
         {"__CURSOR": "s=a;i=1", "__REALTIME_TIMESTAMP": "1700000000000001", "MESSAGE": "plain = text", "_PID": "41"},
-        {"__CURSOR": "s=a;i=2", "__REALTIME_TIMESTAMP": "1700000000000002", "MESSAGE": bar, "_PID": "42"},
+        {"__CURSOR": "s=a;i=2", "__REALTIME_TIMESTAMP": "1700000000000002", "MESSAGE": burst, "_PID": "42"},
         {"__CURSOR": "s=a;i=3", "_PID": "43"},
     ]
     read = list(_systemd.read_records(io.BufferedReader(io.BytesIO(export_bytes(records)))))  # type: ignore[arg-type]
