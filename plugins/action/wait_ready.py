@@ -21,8 +21,8 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import RuleError, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
@@ -121,7 +121,7 @@ class ActionModule(ActionBase):
             return result
         try:
             # validated and compiled here once, so that a bad rule fails before the first probe
-            load_rules(args["engine"], args["extra_rules"], args["disabled_rules"])
+            check_rules(args["engine"], args["extra_rules"], args["disabled_rules"])
         except RuleError as exc:
             result.update(failed=True, reason="invalid_rules", msg=str(exc))
             return result

@@ -23,7 +23,7 @@ import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
-from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
 
 ENGINES = ("auto", "sglang", "vllm")
@@ -264,9 +264,10 @@ def check_role_values(
 
 
 def rule_problems(engine: str, extra_rules: t.Sequence[t.Any], disabled_rules: t.Sequence[str], prefix: str = "") -> list[str]:
-    """The user's rules compiled with the engine's packs, as the target will; what fails, named."""
+    """The user's rules compiled with the engine's packs, as the target will, and tried on adversarial
+    lines (a pattern that backtracks without end is refused); what fails, named."""
     try:
-        load_rules(engine, extra_rules, None)
+        check_rules(engine, extra_rules, None)
     except RuleError as exc:
         return [f"{prefix}extra_rules: {exc}"]
     try:

@@ -28,7 +28,6 @@ PATTERN_LIST = [{"id": "local-either", "pattern": ["Frobnicator", 1], "reason": 
 PATTERN_NUMBER = [{"id": "local-number", "pattern": 1, "reason": "a number is not a pattern"}]
 # Until rule fields are typed (check_rules in module_utils/_rules.py), these two load as character
 # classes and the restart goes ahead: the cases fail, as the issue says. Remove the mark when it lands.
-TYPED_RULES = pytest.mark.xfail(strict=True, reason="rule fields are typed by _rules.check_rules, not on main yet")
 
 # (variables, reason, what the message must say)
 CASES: dict[str, tuple[dict[str, Any], str, str]] = {
@@ -76,7 +75,7 @@ def assert_refused(out: str, host: str, reason: str, message: str, head: str) ->
     assert "Restart | Stop the unit" not in out and "Traceback" not in out
 
 
-@pytest.mark.parametrize("case", [pytest.param(case, marks=TYPED_RULES) if case.startswith("rule-pattern") else case for case in CASES])
+@pytest.mark.parametrize("case", CASES)
 def test_a_mistake_is_refused_before_anything_is_touched(fleet: Fleet, running: str, run_playbook: RunPlaybook, case: str, tmp_path: Path) -> None:
     variables, reason, message = CASES[case]
     before = fleet.unit_property(running, "InvocationID")
