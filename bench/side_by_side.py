@@ -150,8 +150,8 @@ QUICK = Settings(
     stall_limit=10,
     soak=2,
     delay=2,
-    journal_entries=300,
-    classify_lines=300,
+    journal_entries=2000,
+    classify_lines=500,
 )
 
 
@@ -415,6 +415,7 @@ ROW_WALL = "Wall time, whole run, {n} host(s) (s)"
 ROW_TARGET = "Target CPU while waiting, beyond the server's own (s per minute)"
 ROW_MEM = "Controller memory, {n} concurrent waits: peak RSS summed over processes (MiB)"
 ROW_PSS = "Controller memory, {n} concurrent waits: peak PSS (MiB)"
+ROW_MEMORY_DETAIL = "Controller memory detail"
 ROW_RATE = "Journal of {n:,} entries: entries per second"
 ROW_JMEM = "Journal of {n:,} entries: peak memory on the target (MiB)"
 TIMED = {"crash loading_weights": ROW_CRASH, "crash capturing_cuda_graphs": ROW_CRASH, "hang loading_weights": ROW_HANG, "hang capturing_cuda_graphs": ROW_HANG}
@@ -502,7 +503,12 @@ def record_cost(settings: Settings, run: Run, baseline: Baseline, figures: Figur
         memory = run.memory_mib
         figures.add(ROW_MEM.format(n=size), tool, memory["ansible_hwm"] + memory["ssh_hwm"])
         figures.add(ROW_PSS.format(n=size), tool, memory["ansible_pss"] + memory["ssh_pss"])
-        figures.note("memory detail", tool, json.dumps({k: round(v, 1) for k, v in memory.items()}))
+        figures.note(
+            ROW_MEMORY_DETAIL,
+            tool,
+            f"{memory['ansible_processes']:.0f} ansible-playbook processes at once (the largest {memory['ansible_largest']:.0f} MiB), "
+            f"RSS {memory['ansible_rss']:.0f} MiB, Pss {memory['ansible_pss']:.0f} MiB; ssh RSS {memory['ssh_rss']:.0f} MiB, Pss {memory['ssh_pss']:.0f} MiB",
+        )
 
 
 def target_cpu_per_minute(series: CpuSeries, host: str, result: HostResult, baseline: Baseline) -> float | None:
@@ -599,7 +605,7 @@ def read_journal(bench: Bench, host: str, reader: str, since: str) -> tuple[floa
     cmd = ["ansible-playbook", "-i", str(bench.fleet.inventory), str(HERE / "journal_read.yml"), "--limit", host]
     cmd += ["-e", json.dumps({"reader": reader, "since": since, "unit": JOURNAL_UNIT, "result_file": str(result_file)})]
     sessions = host_cgroup(bench.fleet, host) / "user.slice"
-    with MemorySampler([sessions], target_group, interval=0.1) as memory:
+    with MemorySampler([sessions], target_group, interval=0.05) as memory:
         proc = subprocess.run(cmd, cwd=REPO, env=bench.ansible_env(timeline, "linear"), capture_output=True, text=True, check=False, timeout=1800)
     bench.close_connections()
     if proc.returncode != 0:
@@ -704,6 +710,15 @@ def machine() -> str:
     )
 
 
+def memory_detail(figures: Figures, settings: Settings) -> str:
+    """The controller memory of the largest cost runs, per tool and run: what docs/scaling.md sizes from."""
+    lines = [f"Controller memory with {max(settings.sizes)} hosts at once (peaks over each run; RSS counts pages shared after fork in every process):", ""]
+    for tool in TOOLS:
+        for text in figures.notes.get(ROW_MEMORY_DETAIL, {}).get(tool, []):
+            lines.append(f"- {TITLES[tool]}: {text}")
+    return "\n".join(lines)
+
+
 def results_section(figures: Figures, settings: Settings, command: str, classify_text: str, took: float, load: str) -> str:
     return "\n".join(
         [
@@ -713,6 +728,8 @@ def results_section(figures: Figures, settings: Settings, command: str, classify
             f"Settings: {settings.describe()}.",
             "",
             table(figures, settings),
+            "",
+            memory_detail(figures, settings),
             "",
             "The classifier against the triage shell pipeline (bench/classify_bench.py, its own output):",
             "",
@@ -747,7 +764,7 @@ def progress(text: str) -> None:
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--repeats", type=int, help="runs of each measurement (default 3; --quick: 1)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: one scenario (ok), one host, a few hundred journal lines, a 3 s start")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: one scenario (ok), one host, a 3 s start, 2,000 journal entries, 500 log lines")
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all fifteen)")
     parser.add_argument("--sizes", help="comma-separated host counts of the cost runs (default 1,8,16)")
     parser.add_argument("--journal-entries", type=int, help="entries written into the journal (default 1000000)")
@@ -824,8 +841,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     section = results_section(figures, settings, command, classify_text, time.monotonic() - started, load)
     print(section.replace(MARK_BEGIN + "\n", "").replace("\n" + MARK_END, ""))
-    for tool, details in figures.notes.get("memory detail", {}).items():
-        progress(f"memory detail {tool}: {'; '.join(details)}")
     write_results(args.output, section)
     progress(f"results written to {args.output}")
     return 0

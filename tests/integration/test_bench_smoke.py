@@ -1,5 +1,5 @@
 """A quick run of the side-by-side benchmark (make bench) so that it cannot rot: one scenario (ok),
-one host of the session's fleet, a 3 s cold start, a few hundred journal entries and log lines."""
+one host of the session's fleet, a 3 s cold start, 2,000 journal entries, 500 log lines."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def test_quick_side_by_side_run_prints_and_writes_the_table(fleet: Fleet, tmp_pa
     assert ready[0].endswith("+ 2 soak") and all(cell[0].isdigit() for cell in ready), ready
     for row in ("Controller CPU, whole run, 1 host(s) (s)", "Wall time, whole run, 1 host(s) (s)", "Controller memory, 1 concurrent waits: peak PSS (MiB)"):
         assert all(float(cell.split()[0]) > 0 for cell in rows[row]), (row, rows[row])
-    journal = rows["Journal of 300 entries: entries per second"]
+    journal = rows["Journal of 2,000 entries: entries per second"]
     assert float(journal[0]) > 0 and float(journal[1]) > 0 and journal[2] == "reads no journal", journal
-    assert float(rows["Journal of 300 entries: peak memory on the target (MiB)"][0]) > 0
+    assert all(float(cell) > 0 for cell in rows["Journal of 2,000 entries: peak memory on the target (MiB)"][:2])
     assert "$ python bench/classify_bench.py" in proc.stdout
 
     written = output.read_text()
