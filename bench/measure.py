@@ -55,8 +55,8 @@ class Spread:
             return None
         return cls(statistics.median(values), values[0], values[-1], len(values))
 
-    def text(self, digits: int = 1, unit: str = "") -> str:
-        main = f"{self.median:.{digits}f}{unit}"
+    def text(self, digits: int = 1) -> str:
+        main = f"{self.median:.{digits}f}"
         if self.count == 1 or f"{self.low:.{digits}f}" == f"{self.high:.{digits}f}":
             return main
         return f"{main} ({self.low:.{digits}f}-{self.high:.{digits}f})"
@@ -100,26 +100,31 @@ class RunCgroup:
         self.path = cgroup2_root() / f"inferops-bench-{os.getpid()}" / name
         self.path.mkdir(parents=True, exist_ok=True)
 
-    def enter(self) -> None:
-        """For preexec_fn: move the calling (child) process into this cgroup before it execs."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
-
     def pids(self) -> list[int]:
         return pids_under(self.path)
 
     def wait_empty(self, timeout: float = 15) -> None:
+        """Wait for the last process to leave (ssh masters exit a moment after they are told to), then kill the rest."""
         deadline = time.monotonic() + timeout
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self.pids():
-            with contextlib.suppress(OSError):
-                (self.path / "cgroup.kill").write_text("1")
-            time.sleep(0.2)
+        self.kill()
+
+    def kill(self) -> None:
+        if not self.pids():
+            return
+        with contextlib.suppress(OSError):
+            (self.path / "cgroup.kill").write_text("1")
+        deadline = time.monotonic() + 5
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def cpu(self) -> float:
         return cpu_seconds(self.path)
 
     def remove(self) -> None:
+        """Kill whatever still runs in the cgroup (after an error or Ctrl-C), then remove it."""
+        self.kill()
         rmdir_tree(self.path)
         with contextlib.suppress(OSError):
             self.path.parent.rmdir()

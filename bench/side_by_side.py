@@ -237,7 +237,10 @@ printf %s {shlex.quote(env_file(scenarios[host]))} > {SCENARIO_FILE}
             with CpuSeries(cgroups) as series, MemorySampler([cgroup.path], controller_group) as memory:
                 started = time.time()
                 proc = start_in(cgroup, cmd, env, self.workdir / f"{name}.log")
-                proc.wait(timeout=self.settings.budget + 300)
+                try:
+                    proc.wait(timeout=self.settings.budget + 300)
+                except subprocess.TimeoutExpired:
+                    raise RuntimeError(f"{tool} on {len(hosts)} host(s) did not finish within {self.settings.budget + 300} s") from None
                 ended = time.time()
                 self.close_connections()
                 cgroup.wait_empty()
@@ -712,7 +715,7 @@ def machine() -> str:
 
 def memory_detail(figures: Figures, settings: Settings) -> str:
     """The controller memory of the largest cost runs, per tool and run: what docs/scaling.md sizes from."""
-    lines = [f"Controller memory with {max(settings.sizes)} hosts at once (peaks over each run; RSS counts pages shared after fork in every process):", ""]
+    lines = [f"Controller memory with {max(settings.sizes)} host(s) at once (peaks over each run; RSS counts pages shared after fork in every process):", ""]
     for tool in TOOLS:
         for text in figures.notes.get(ROW_MEMORY_DETAIL, {}).get(tool, []):
             lines.append(f"- {TITLES[tool]}: {text}")
