@@ -76,7 +76,7 @@ def v2_dir(candidates: Sequence[Path]) -> Path:
 def cpu_seconds(cgroup: Path) -> float:
     """CPU time (user + system) spent so far by every process that ever ran in a cgroup subtree."""
     for line in (cgroup / "cpu.stat").read_text().splitlines():
-        key, _, value = line.partition(" ")
+        key, _sep, value = line.partition(" ")
         if key == "usage_usec":
             return int(value) / 1e6
     raise RuntimeError(f"{cgroup}/cpu.stat has no usage_usec")
@@ -147,7 +147,7 @@ def _status_kib(pid: int, *keys: str) -> dict[str, int]:
     found: dict[str, int] = {}
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
+            key, _sep, value = line.partition(":")
             if key in keys:
                 found[key] = int(value.split()[0])
     return found

@@ -748,8 +748,8 @@ def write_results(path: Path, section: str) -> None:
     """Replace the results between the markers (the prose around them is kept), or start the file."""
     text = path.read_text() if path.is_file() else "# Benchmarks\n\n"
     if MARK_BEGIN in text and MARK_END in text:
-        head, _, rest = text.partition(MARK_BEGIN)
-        _, _, tail = rest.partition(MARK_END)
+        head, _mark, rest = text.partition(MARK_BEGIN)
+        tail = rest.partition(MARK_END)[2]
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
@@ -765,7 +765,7 @@ def progress(text: str) -> None:
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--repeats", type=int, help="runs of each measurement (default 3; --quick: 1)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: one scenario (ok), one host, a 3 s start, 2,000 journal entries, 500 log lines")
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all sixteen)")

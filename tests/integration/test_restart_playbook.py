@@ -292,4 +292,4 @@ def test_free_strategy_with_fewer_forks_than_hosts(fleet: Fleet, hosts: list[str
     spans = {host: (waits.index(host), len(waits) - 1 - waits[::-1].index(host)) for host in chosen}
     most = max(sum(1 for first, last in spans.values() if first <= index <= last) for index in range(len(waits)))
     assert most <= 2, spans
-    record(f"\nstrategy free, --forks 2, 3 hosts: waits shown in order {[h for h, _ in itertools.groupby(waits)]}, at most {most} at once")
+    record(f"\nstrategy free, --forks 2, 3 hosts: waits shown in order {[host for host, _lines in itertools.groupby(waits)]}, at most {most} at once")
