@@ -35,8 +35,9 @@ unit: setup
 integration: setup
 	$(PYTHON) -m pytest -q tests/integration
 
+# this collection side by side with the usual playbook and the probe style (~40 min; docs/benchmarks.md)
 bench: setup
-	$(PYTHON) bench/classify_bench.py
+	$(PYTHON) bench/side_by_side.py
 
 demo: setup
 	$(PYTHON) -m tests.harness.demo
