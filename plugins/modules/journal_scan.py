@@ -18,20 +18,9 @@ description:
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
+  - inferops.runbooks.unit
   - inferops.runbooks.classifier
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads.
-  diff_mode:
-    support: none
-    description: Nothing to compare.
 options:
-  unit:
-    description:
-      - The systemd unit; C(.service) is added to a name without a unit suffix.
-    type: str
-    default: sglang.service
   invocation:
     description:
       - V(current) reads the unit's current invocation, V(all) every invocation the journal holds,

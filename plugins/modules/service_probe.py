@@ -20,21 +20,10 @@ description:
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
+  - inferops.runbooks.unit
   - inferops.runbooks.classifier
   - inferops.runbooks.health
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads.
-  diff_mode:
-    support: none
-    description: Nothing to compare.
 options:
-  unit:
-    description:
-      - The systemd unit; C(.service) is added to a name without a unit suffix.
-    type: str
-    default: sglang.service
   invocation_id:
     description:
       - The invocation (C(InvocationID), 32 hexadecimal digits) whose journal records to read.

@@ -15,19 +15,8 @@ description:
   - Never changes anything; it does not read the journal (M(inferops.runbooks.service_probe) does).
 author:
   - inferops.runbooks contributors (@inferops)
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads.
-  diff_mode:
-    support: none
-    description: Nothing to compare.
-options:
-  unit:
-    description:
-      - The systemd unit; C(.service) is added to a name without a unit suffix.
-    type: str
-    default: sglang.service
+extends_documentation_fragment:
+  - inferops.runbooks.unit
 seealso:
   - module: inferops.runbooks.service_probe
   - module: ansible.builtin.systemd_service
