@@ -35,9 +35,8 @@ unit: setup
 integration: setup
 	$(PYTHON) -m pytest -q tests/integration
 
-# this collection side by side with the usual playbook and the probe style (~40 min; docs/benchmarks.md)
 bench: setup
-	$(PYTHON) bench/side_by_side.py
+	$(PYTHON) bench/classify_bench.py
 
 demo: setup
 	$(PYTHON) -m tests.harness.demo
