@@ -227,6 +227,18 @@ def pid_is_nspawn(pid: int, machine: str) -> bool:
     return any(a.endswith(b"systemd-nspawn") for a in argv[:1]) and f"--machine={machine}".encode() in argv
 
 
+def booted_templates() -> set[Path]:
+    """The root directories running systemd-nspawn processes boot from: a fleet booted by the CLI
+    (``up``) holds no lock on its template once the command has returned, its containers do."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            if argv[0].endswith(b"systemd-nspawn"):
+                found |= {Path(os.fsdecode(a.removeprefix(b"--directory="))) for a in argv if a.startswith(b"--directory=")}
+    return found
+
+
 def wait_pid_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -542,11 +554,12 @@ class Fleet:
 
     def _prune_templates(self) -> None:
         """Remove templates of older simulator versions that no running fleet uses."""
+        booted = booted_templates()
         for path in self.cache.dir.glob("template-*"):
             if path == self.template or not path.is_dir():
                 continue
             lock = path.with_name(path.name + ".lock")
-            if path.suffix == ".tmp" or unused(lock):
+            if path.suffix == ".tmp" or (unused(lock) and path not in booted):
                 shutil.rmtree(path, ignore_errors=True)
                 lock.unlink(missing_ok=True)
                 path.with_name(path.name + ".stamp").unlink(missing_ok=True)
