@@ -8,15 +8,17 @@ the release, the Python version and a hash of the pins: a changed pin makes a ne
 unchanged one is reused. Versions whose controller Python is not this machine's default (2.20
 needs 3.12) use the interpreter pyenv provides.
 
-The test runs go side by side, each in its own process with its own test fleet
-(``$INFEROPS_FLEET_DIR-<minor>`` on its own network, see ``fleet_nets``), their output kept in
-``.build/versions/<minor>.log`` and printed whole when a run ends.
+The test runs go side by side in lanes, each lane with its own test fleet on its own network (see
+``fleet_nets``; fleet dirs ``$INFEROPS_FLEET_DIR-<minor>``): the oldest and the newest version each
+run the unit tests and the whole integration suite in a lane of their own; the third lane runs the
+unit tests and the short run of every other version, then the molecule scenarios (in the development
+venv, the only one molecule accepts). Output goes to ``.build/versions/<name>.log``, printed whole
+when a run ends, with a summary at the end.
 
 CLI (from the repository root, with the development venv's Python)::
 
     python -m tests.harness.versions setup              # create the missing venvs, in parallel
-    python -m tests.harness.versions test [MINOR ...]   # the unit tests and the integration suite or
-                                                        # the short run on each version, side by side
+    python -m tests.harness.versions test [MINOR|molecule ...]   # the runs, side by side
     python -m tests.harness.versions bin newest         # the bin directory of a version's venv
     python -m tests.harness.versions list               # the matrix, with the venvs' state
 """
@@ -59,6 +61,7 @@ SHORT_RUN_HOSTS = "1"
 COMPLETE_STAMP = ".inferops-complete"
 STALE_AFTER_DAYS = 30
 PROGRESS_EVERY = 60.0
+MOLECULE = "molecule"
 
 
 class VersionsError(RuntimeError):
@@ -292,9 +295,9 @@ def fleet_nets(count: int, env: Mapping[str, str] = os.environ) -> list[str]:
 
 @dataclasses.dataclass
 class Run:
-    """One version's test run: a pytest process in the version's venv, with its own fleet."""
+    """One test run: a process in one version's venv, on the fleet of its lane."""
 
-    venv: VersionVenv
+    name: str
     argv: list[str]
     env: dict[str, str]
     log: Path
@@ -302,35 +305,53 @@ class Run:
     started: float = 0.0
     elapsed: float = 0.0
 
-    @property
-    def name(self) -> str:
-        return self.venv.version.label
+
+def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    env.update({"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "INFEROPS_FLEET_DIR": fleet_dir, "INFEROPS_FLEET_NET": net, **extra})
+    return env
 
 
-def plan_runs(venvs: Sequence[VersionVenv], nets: Sequence[str], fleet_base: Path) -> list[Run]:
-    runs = []
-    for venv, net in zip(venvs, nets):
-        version = venv.version
-        env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONHOME")}
-        env.update(
-            {
-                "PATH": f"{venv.bin}{os.pathsep}{env.get('PATH', '')}",
-                "INFEROPS_FLEET_DIR": f"{fleet_base}-{version.minor}",
-                "INFEROPS_FLEET_NET": net,
-                "INFEROPS_ANSIBLE_CORE": version.release,
-                "PYTHONDONTWRITEBYTECODE": "1",
-            }
-        )
-        if version.runs == "short":
-            env["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
-        argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_TARGETS[version.runs]]
-        runs.append(Run(venv, argv, env, LOG_DIR / f"{version.minor}.log"))
-    return runs
+def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
+    """The unit tests plus the whole integration suite (oldest, newest) or the short run (the others)."""
+    version = venv.version
+    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1"}
+    if version.runs == "short":
+        extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
+    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_TARGETS[version.runs]]
+    env = run_env(venv.bin, f"{fleet_base}-{version.minor}", net, **extra)
+    return Run(version.label, argv, env, LOG_DIR / f"{version.minor}.log")
 
 
-def execute(runs: Sequence[Run]) -> int:
-    """Run side by side; print each log whole as it ends and a summary at the end; 0 if all passed."""
+def molecule_run(dev: CoreVersion, net: str, fleet_base: Path) -> Run:
+    """Every molecule scenario (extensions/molecule), in the development venv: molecule and
+    ansible-lint refuse ansible-core 2.17 and older. The scenarios append -molecule to the fleet dir."""
+    argv = [str(DEV_VENV / "bin" / "molecule"), "test", "--all"]
+    env = run_env(DEV_VENV / "bin", str(fleet_base), net, ANSIBLE_NOCOLOR="1", NO_COLOR="1", PY_COLORS="0")
+    return Run(f"molecule scenarios (ansible-core {dev.release}, {dev.runs})", argv, env, LOG_DIR / "molecule.log")
+
+
+def plan_lanes(venvs: Sequence[VersionVenv], dev: CoreVersion | None, fleet_base: Path, env: Mapping[str, str] = os.environ) -> list[list[Run]]:
+    """Side by side: one lane for each whole-suite version (oldest, newest), one lane for the short
+    runs followed by the molecule scenarios. Runs in one lane go one after the other on one network."""
+    whole = [venv for venv in venvs if venv.version.runs in ("oldest", "newest")]
+    short = [venv for venv in venvs if venv.version.runs == "short"]
+    count = len(whole) + (1 if short or dev else 0)
+    nets = fleet_nets(count, env)
+    lanes = [[version_run(venv, net, fleet_base)] for venv, net in zip(whole, nets)]
+    if short or dev:
+        last = [version_run(venv, nets[-1], fleet_base) for venv in short]
+        if dev:
+            last.append(molecule_run(dev, nets[-1], fleet_base))
+        lanes.append(last)
+    return lanes
+
+
+def execute(lanes: Sequence[Sequence[Run]]) -> int:
+    """Run the lanes side by side; print each log whole as its run ends and a summary at the end;
+    0 if every run passed."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
+    runs = [run for lane in lanes for run in lane]
     done = threading.Event()
     printing = threading.Lock()
 
@@ -346,24 +367,30 @@ def execute(runs: Sequence[Run]) -> int:
             print(f"\n==== {run.name}: {'passed' if run.returncode == 0 else 'FAILED'} in {minutes(run.elapsed)} ====", flush=True)
             print(run.log.read_text(encoding="utf-8", errors="replace"), flush=True)
 
+    def lane(runs_in_lane: Sequence[Run]) -> None:
+        for run in runs_in_lane:
+            one(run)
+
     def progress() -> None:
         while not done.wait(PROGRESS_EVERY):
-            running = [f"{r.venv.version.minor} ({minutes(time.monotonic() - r.started)})" for r in runs if r.returncode is None and r.started]
+            running = [f"{r.name} ({minutes(time.monotonic() - r.started)})" for r in runs if r.returncode is None and r.started]
             with printing:
-                say(f"still running: {', '.join(running)}")
+                say(f"still running: {'; '.join(running)}")
 
-    say("side by side: " + "; ".join(f"{r.name} -> {' '.join(r.argv[6:])} (fleet {r.env['INFEROPS_FLEET_NET']})" for r in runs))
+    for number, runs_in_lane in enumerate(lanes, start=1):
+        say(f"lane {number} (network {runs_in_lane[0].env['INFEROPS_FLEET_NET']}): " + ", then ".join(r.name for r in runs_in_lane))
     watcher = threading.Thread(target=progress, daemon=True)
     watcher.start()
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(runs)) as pool:
-            for future in [pool.submit(one, run) for run in runs]:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
+            for future in [pool.submit(lane, runs_in_lane) for runs_in_lane in lanes]:
                 future.result()
     finally:
         done.set()
-    print("\n==== ansible-core versions ====")
+    print("\n==== side by side ====")
     for run in runs:
-        print(f"{run.name}: {' '.join(run.argv[6:])}: {'passed' if run.returncode == 0 else f'FAILED (exit {run.returncode})'} in {minutes(run.elapsed)}")
+        outcome = "passed" if run.returncode == 0 else f"FAILED (exit {run.returncode}, log {run.log})"
+        print(f"{run.name}: {outcome} in {minutes(run.elapsed)}")
     return 0 if all(run.returncode == 0 for run in runs) else 1
 
 
@@ -382,7 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness.versions", description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("setup", help="create the missing venvs").add_argument("versions", nargs="*", help="minor versions (default: all)")
-    sub.add_parser("test", help="run each version's tests side by side").add_argument("versions", nargs="*", help="minor versions (default: all but dev)")
+    sub.add_parser("test", help="run each version's tests side by side").add_argument(
+        "versions", nargs="*", help=f"minor versions and/or {MOLECULE!r} (default: every version but dev, and molecule)"
+    )
     sub.add_parser("bin", help="print the bin directory of a version's venv").add_argument("version", help="minor, release, oldest, newest or dev")
     sub.add_parser("list", help="show the matrix and the venvs")
     args = parser.parse_args(argv)
@@ -406,12 +435,12 @@ def dispatch(args: argparse.Namespace) -> int:
             state = "ready" if version.runs == "dev" or venv.ready() else "missing"
             print(f"{version.release}\t{version.python}\t{version.runs}\t{state}\t{venv.path}")
     elif args.cmd == "test":
-        names = args.versions or [v.minor for v in load_matrix() if v.runs != "dev"]
-        venvs = [venv for venv in prepare(names) if venv.version.runs != "dev"]
-        if not venvs:
-            raise VersionsError("nothing to run: the dev version is tested by `make unit` and `make molecule`")
-        runs = plan_runs(venvs, fleet_nets(len(venvs)), default_fleet_dir())
-        return execute(runs)
+        matrix = load_matrix()
+        names = args.versions or [v.minor for v in matrix if v.runs != "dev"] + [MOLECULE]
+        minors = [name for name in names if name != MOLECULE]
+        venvs = [venv for venv in prepare(minors) if venv.version.runs != "dev"] if minors else []
+        dev = pick(matrix, "dev") if MOLECULE in names else None
+        return execute(plan_lanes(venvs, dev, default_fleet_dir()))
     return 0
 
 
