@@ -20,6 +20,7 @@ CLI (from the repository root, with the development venv's Python)::
     python -m tests.harness.versions setup              # create the missing venvs, in parallel
     python -m tests.harness.versions test [MINOR|molecule ...]   # the runs, side by side
     python -m tests.harness.versions bin newest         # the bin directory of a version's venv
+    python -m tests.harness.versions python newest      # its controller Python (X.Y)
     python -m tests.harness.versions list               # the matrix, with the venvs' state
 """
 
@@ -242,6 +243,20 @@ def build_venv(venv: VersionVenv, log: Path | None = None) -> None:
         say(f"{venv.version.label}: venv {venv.path} created in {time.monotonic() - started:.0f} s")
 
 
+def offline_pip_bootstrap(venv: VersionVenv) -> None:
+    """ansible-test downloads a pip bootstrap script named after the pip version it pins; scripts/setup.sh
+    writes an offline stand-in for the development version's pip, and the same stand-in serves any
+    version: copy it under the name this venv's ansible-test asks for."""
+    source = venv.path.glob("lib/python*/site-packages/ansible_test/_internal/python_requirements.py")
+    pins = [re.search(r"pip='([\d.]+)'", path.read_text(encoding="utf-8")) for path in source]
+    cache = Path.home() / ".ansible" / "test" / "cache"
+    stand_ins = sorted(cache.glob("get_pip_*.py"))
+    for match in pins:
+        wanted = cache / f"get_pip_{match.group(1).replace('.', '_')}.py" if match else None
+        if wanted and not wanted.exists() and stand_ins:
+            shutil.copyfile(stand_ins[0], wanted)
+
+
 def prune_stale(cache_dir: Path, keep: Sequence[Path], days: int = STALE_AFTER_DAYS) -> None:
     """Remove venvs of older pins nobody used for ``days`` days (their stamp is touched on use)."""
     cutoff = time.time() - days * 86400
@@ -270,6 +285,8 @@ def prepare(names: Sequence[str] = ()) -> list[VersionVenv]:
     for venv in venvs:
         if venv.version.runs != "dev":
             os.utime(venv.path / COMPLETE_STAMP)
+        if venv.version.runs == "newest":
+            offline_pip_bootstrap(venv)
     if not names:
         prune_stale(cache_dir, [venv.path for venv in venvs])
     return venvs
@@ -278,9 +295,10 @@ def prepare(names: Sequence[str] = ()) -> list[VersionVenv]:
 # ---- the test runs ------------------------------------------------------------------------------
 
 
-def fleet_nets(count: int, env: Mapping[str, str] = os.environ) -> list[str]:
+def fleet_nets(count: int, env: Mapping[str, str] | None = None) -> list[str]:
     """One network per side-by-side fleet: ``$INFEROPS_VERSION_NETS`` (space or comma separated),
     else consecutive ones from ``$INFEROPS_FLEET_NET`` (default 10.213: 10.213, 10.214, ...)."""
+    env = os.environ if env is None else env
     listed = env.get("INFEROPS_VERSION_NETS", "").replace(",", " ").split()
     if listed:
         if len(listed) < count:
@@ -331,7 +349,7 @@ def molecule_run(dev: CoreVersion, net: str, fleet_base: Path) -> Run:
     return Run(f"molecule scenarios (ansible-core {dev.release}, {dev.runs})", argv, env, LOG_DIR / "molecule.log")
 
 
-def plan_lanes(venvs: Sequence[VersionVenv], dev: CoreVersion | None, fleet_base: Path, env: Mapping[str, str] = os.environ) -> list[list[Run]]:
+def plan_lanes(venvs: Sequence[VersionVenv], dev: CoreVersion | None, fleet_base: Path, env: Mapping[str, str] | None = None) -> list[list[Run]]:
     """Side by side: one lane for each whole-suite version (oldest, newest), one lane for the short
     runs followed by the molecule scenarios. Runs in one lane go one after the other on one network."""
     whole = [venv for venv in venvs if venv.version.runs in ("oldest", "newest")]
@@ -413,6 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "versions", nargs="*", help=f"minor versions and/or {MOLECULE!r} (default: every version but dev, and molecule)"
     )
     sub.add_parser("bin", help="print the bin directory of a version's venv").add_argument("version", help="minor, release, oldest, newest or dev")
+    sub.add_parser("python", help="print the controller Python (X.Y) of a version").add_argument("version", help="minor, release, oldest, newest or dev")
     sub.add_parser("list", help="show the matrix and the venvs")
     args = parser.parse_args(argv)
     try:
@@ -428,6 +447,8 @@ def dispatch(args: argparse.Namespace) -> int:
     elif args.cmd == "bin":
         venv = prepare([args.version])[0]
         print(venv.bin)
+    elif args.cmd == "python":
+        print(pick(load_matrix(), args.version).python)
     elif args.cmd == "list":
         support = pinned(REQUIREMENTS_FILE.read_text(encoding="utf-8"), SUPPORT_PACKAGES)
         for version in load_matrix():
