@@ -65,6 +65,8 @@ NSPAWN_RUN = Path("/run/systemd/nspawn")
 HEALTH_URL = "http://127.0.0.1:30000/health_generate"
 SCENARIO_FILE = "/etc/sglang-sim/scenario.env"
 SIM_UNIT = "sglang.service"
+# the simulator's units: SGLang's, and its vLLM mode (/etc/vllm-sim/scenario.env, port 8000)
+SIM_UNITS = (SIM_UNIT, "vllm.service")
 TEMPLATE_VERSION = "1"  # bump when the template customisation changes
 READY_STATES = ("running", "degraded")
 
@@ -518,7 +520,8 @@ class Fleet:
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "inferops-fleet", "-f", str(self.key)])
 
     def _simulator_files(self) -> dict[str, Path]:
-        files = {"opt/sglang-sim/sglang_sim.py": self.simulator_dir / "sglang_sim.py", f"etc/systemd/system/{SIM_UNIT}": self.simulator_dir / SIM_UNIT}
+        files = {"opt/sglang-sim/sglang_sim.py": self.simulator_dir / "sglang_sim.py"}
+        files |= {f"etc/systemd/system/{unit}": self.simulator_dir / unit for unit in SIM_UNITS}
         missing = [str(p) for p in files.values() if not p.is_file()]
         if missing:
             raise RuntimeError(f"simulator files missing: {', '.join(missing)}")
