@@ -17,7 +17,7 @@ GATE = REPO / "scripts" / "predeploy_gate.py"
     ("args", "message"),
     [
         (["--policy", "hosts[?verdict =="], "the policy 'hosts[?verdict ==' is not a JMESPath expression"),
-        (["--playbook", "restart_sglangg"], "--playbook 'restart_sglangg': no such playbook (shipped: precheck_sglang, precheck_vllm, restart_sglang, restart_vllm)"),
+        (["--playbook", "restart_sglangg"], "--playbook 'restart_sglangg': no such playbook (shipped: precheck_sglang, precheck_vllm, restart_sglang"),
         (["-e", "budget"], "-e 'budget': expected KEY=VALUE or @FILE"),
     ],
 )
