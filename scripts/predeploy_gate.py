@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A pipeline gate on ansible-runner's Python API: run the precheck (or the restart), stream its
 progress lines, collect every host's report from the set_stats artifacts, write one JUnit file and
 one JSON summary, and decide with a JMESPath policy over the collected reports.
