@@ -11,8 +11,9 @@ needs 3.12) use the interpreter pyenv provides.
 The test runs go side by side in lanes, each lane with its own test fleet on its own network (see
 ``fleet_nets``; fleet dirs ``$INFEROPS_FLEET_DIR-<minor>``): the oldest and the newest version each
 run the unit tests and the whole integration suite in a lane of their own; the third lane runs the
-unit tests and the short run of every other version, then the molecule scenarios (in the development
-venv, the only one molecule accepts). Output goes to ``.build/versions/<name>.log``, printed whole
+unit tests and the short run of every other version (only the short run in the development venv:
+`make unit` runs its unit tests), then the molecule scenarios (in the development venv, the only one
+molecule accepts). Output goes to ``.build/versions/<name>.log``, printed whole
 when a run ends, with a summary at the end.
 
 CLI (from the repository root, with the development venv's Python)::
@@ -57,6 +58,8 @@ PYTEST_TARGETS = {
     "oldest": ("tests/unit", "tests/integration"),
     "newest": ("tests/unit", "tests/integration"),
     "short": ("tests/unit", "tests/integration/test_ansible_versions.py"),
+    # `make unit` runs the unit tests in the development venv
+    "dev": ("tests/integration/test_ansible_versions.py",),
 }
 SHORT_RUN_HOSTS = "1"
 COMPLETE_STAMP = ".inferops-complete"
@@ -334,7 +337,7 @@ def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     """The unit tests plus the whole integration suite (oldest, newest) or the short run (the others)."""
     version = venv.version
     extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1"}
-    if version.runs == "short":
+    if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
     argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_TARGETS[version.runs]]
     env = run_env(venv.bin, f"{fleet_base}-{version.minor}", net, **extra)
@@ -351,9 +354,10 @@ def molecule_run(dev: CoreVersion, net: str, fleet_base: Path) -> Run:
 
 def plan_lanes(venvs: Sequence[VersionVenv], dev: CoreVersion | None, fleet_base: Path, env: Mapping[str, str] | None = None) -> list[list[Run]]:
     """Side by side: one lane for each whole-suite version (oldest, newest), one lane for the short
-    runs followed by the molecule scenarios. Runs in one lane go one after the other on one network."""
+    runs (the development venv's too) followed by the molecule scenarios. Runs in one lane go one after
+    the other on one network."""
     whole = [venv for venv in venvs if venv.version.runs in ("oldest", "newest")]
-    short = [venv for venv in venvs if venv.version.runs == "short"]
+    short = [venv for venv in venvs if venv.version.runs in ("short", "dev")]
     count = len(whole) + (1 if short or dev else 0)
     nets = fleet_nets(count, env)
     lanes = [[version_run(venv, net, fleet_base)] for venv, net in zip(whole, nets)]
@@ -428,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("setup", help="create the missing venvs").add_argument("versions", nargs="*", help="minor versions (default: all)")
     sub.add_parser("test", help="run each version's tests side by side").add_argument(
-        "versions", nargs="*", help=f"minor versions and/or {MOLECULE!r} (default: every version but dev, and molecule)"
+        "versions", nargs="*", help=f"minor versions and/or {MOLECULE!r} (default: every version, and molecule)"
     )
     sub.add_parser("bin", help="print the bin directory of a version's venv").add_argument("version", help="minor, release, oldest, newest or dev")
     sub.add_parser("python", help="print the controller Python (X.Y) of a version").add_argument("version", help="minor, release, oldest, newest or dev")
@@ -457,9 +461,9 @@ def dispatch(args: argparse.Namespace) -> int:
             print(f"{version.release}\t{version.python}\t{version.runs}\t{state}\t{venv.path}")
     elif args.cmd == "test":
         matrix = load_matrix()
-        names = args.versions or [v.minor for v in matrix if v.runs != "dev"] + [MOLECULE]
+        names = args.versions or [v.minor for v in matrix] + [MOLECULE]
         minors = [name for name in names if name != MOLECULE]
-        venvs = [venv for venv in prepare(minors) if venv.version.runs != "dev"] if minors else []
+        venvs = prepare(minors) if minors else []
         dev = pick(matrix, "dev") if MOLECULE in names else None
         return execute(plan_lanes(venvs, dev, default_fleet_dir()))
     return 0
