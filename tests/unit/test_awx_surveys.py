@@ -28,10 +28,20 @@ COMPATIBLE = {
 QUESTION_KEYS = {"question_name", "question_description", "required", "type", "variable", "default", "choices", "new_question"}
 
 
+def role_play(playbook: Path, outer_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The play of a playbook that runs the role, with the variables it runs with (those of an
+    ``import_playbook`` around it included), following imports."""
+    for play in yaml.safe_load(playbook.read_text()):
+        variables = {**(outer_vars or {}), **(play.get("vars") or {})}
+        if "ansible.builtin.import_playbook" in play:
+            return role_play(playbook.parent / play["ansible.builtin.import_playbook"], variables)
+        if play.get("roles"):
+            return {**play, "vars": variables}
+    raise AssertionError(f"{playbook.name}: no play runs a role")
+
+
 def playbook_of(survey: Path) -> dict[str, Any]:
-    plays = yaml.safe_load((REPO / "playbooks" / f"{survey.stem}.yml").read_text())
-    assert len(plays) == 1, f"{survey.stem}.yml: expected one play"
-    return dict(plays[0])
+    return role_play(REPO / "playbooks" / f"{survey.stem}.yml")
 
 
 def role_options(play: dict[str, Any]) -> dict[str, dict[str, Any]]:
