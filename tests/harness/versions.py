@@ -2,7 +2,7 @@
 that prove each of them (the matrix is data: tests/ansible-core-versions.txt).
 
 Each venv holds one ansible-core release plus the test tools pinned in requirements-dev.txt
-(pytest, ansible-runner, jmespath), created with pip from the machine's configured index under
+(pytest, ansible-runner, jmespath, ...: all but the development tools), created with pip from the machine's configured index under
 ``$INFEROPS_VENV_CACHE`` (default ``/var/cache/inferops-venvs`` as root), in a directory named after
 the release, the Python version and a hash of the pins: a changed pin makes a new venv, an
 unchanged one is reused. Versions whose controller Python is not this machine's default (2.20
@@ -51,7 +51,9 @@ REQUIREMENTS_FILE = REPO_ROOT / "requirements-dev.txt"
 DEV_VENV = REPO_ROOT / ".venv"
 LOG_DIR = REPO_ROOT / ".build" / "versions"
 # the test tools each version's venv gets, at the versions requirements-dev.txt pins
-SUPPORT_PACKAGES = ("pytest", "ansible-runner", "jmespath")
+# what each version's venv gets besides its ansible-core: every pin of requirements-dev.txt but the
+# development tools, which need (and would pull in) a newer ansible-core than the oldest versions
+DEV_ONLY = frozenset({"ansible-core", "ansible-lint", "molecule", "ruff", "mypy", "antsibull-changelog"})
 RUNS = ("dev", "oldest", "newest", "short")
 # what each kind of run executes (pytest arguments, from the repository root)
 PYTEST_TARGETS = {
@@ -127,6 +129,19 @@ def pick(versions: Sequence[CoreVersion], name: str) -> CoreVersion:
         if name in (version.minor, version.release, version.runs):
             return version
     raise VersionsError(f"no version {name!r} in {MATRIX_FILE.name} (have {', '.join(v.minor for v in versions)})")
+
+
+def support_pins(requirements: str) -> list[str]:
+    """The ``name==version`` lines of requirements-dev.txt that every version's venv gets: the test
+    tools (pytest, ansible-runner, jmespath, ...), not the development tools (``DEV_ONLY``)."""
+    pins = []
+    for raw in requirements.splitlines():
+        name, sep, version = raw.split("#", 1)[0].strip().partition("==")
+        if sep and name.strip().lower() not in DEV_ONLY:
+            pins.append(f"{name.strip()}=={version.strip()}")
+    if not any(pin.lower().startswith("pytest==") for pin in pins):
+        raise VersionsError(f"{REQUIREMENTS_FILE.name} pins no pytest (needed by every version's venv)")
+    return pins
 
 
 def pinned(requirements: str, names: Sequence[str]) -> list[str]:
@@ -275,7 +290,7 @@ def prepare(names: Sequence[str] = ()) -> list[VersionVenv]:
     """Plan and build (in parallel) the venvs of the named versions, or of all of them."""
     versions = load_matrix()
     chosen = [pick(versions, name) for name in names] if names else versions
-    support = pinned(REQUIREMENTS_FILE.read_text(encoding="utf-8"), SUPPORT_PACKAGES)
+    support = support_pins(REQUIREMENTS_FILE.read_text(encoding="utf-8"))
     cache_dir = default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     venvs = [plan_venv(version, support, cache_dir) for version in chosen]
@@ -454,7 +469,7 @@ def dispatch(args: argparse.Namespace) -> int:
     elif args.cmd == "python":
         print(pick(load_matrix(), args.version).python)
     elif args.cmd == "list":
-        support = pinned(REQUIREMENTS_FILE.read_text(encoding="utf-8"), SUPPORT_PACKAGES)
+        support = support_pins(REQUIREMENTS_FILE.read_text(encoding="utf-8"))
         for version in load_matrix():
             venv = plan_venv(version, support, default_cache_dir())
             state = "ready" if version.runs == "dev" or venv.ready() else "missing"

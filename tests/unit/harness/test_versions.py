@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from tests.harness.versions import REPO_ROOT, REQUIREMENTS_FILE, VersionsError, fleet_nets, load_matrix, parse_matrix, pick, pinned
+from tests.harness.versions import REPO_ROOT, REQUIREMENTS_FILE, VersionsError, fleet_nets, load_matrix, parse_matrix, pick, pinned, support_pins
 
 
 def minor_number(minor: str) -> int:
@@ -52,3 +52,10 @@ def test_networks_side_by_side() -> None:
         fleet_nets(2, {"INFEROPS_VERSION_NETS": "10.224"})
     with pytest.raises(VersionsError, match=re.escape("INFEROPS_FLEET_NET='10.254'")):
         fleet_nets(3, {"INFEROPS_FLEET_NET": "10.254"})
+
+
+def test_each_version_gets_the_test_tools_not_the_development_tools() -> None:
+    pins = support_pins("ansible-core==2.19.14\nansible-lint==26.10.1\npytest==9.2.0  # tests\nhypothesis==6.170.15\nruff==0.17.6\n")
+    assert pins == ["pytest==9.2.0", "hypothesis==6.170.15"]
+    with pytest.raises(VersionsError, match="pins no pytest"):
+        support_pins("ansible-core==2.19.14\n")
