@@ -10,6 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANITY_ROOT := $(CURDIR)/.build/ansible_collections/inferops/runbooks
 
 .PHONY: setup test lint sanity unit integration demo bench build clean
+.PHONY: versions-venvs integration-dev molecule
 
 setup:
 	@scripts/setup.sh
@@ -22,18 +23,35 @@ lint: setup
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
 	$(BIN)/ansible-lint --profile production
 
-sanity: setup
+# on the newest ansible-core (tests/ansible-core-versions.txt), with its ansible-test
+sanity: setup versions-venvs
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
-	@# the link that lets a clone find itself is not collection content (galaxy.yml build_ignore)
-	@git ls-files -co --exclude-standard | grep -v '^collections/ansible_collections/' | rsync -a --files-from=- . $(SANITY_ROOT)/
+	@# the links that let a clone find itself are not collection content (galaxy.yml build_ignore)
+	@git ls-files -co --exclude-standard | grep -v -e '^collections/ansible_collections/' -e '^playbooks/collections/' | rsync -a --files-from=- . $(SANITY_ROOT)/
+	newest=$$($(PYTHON) -m tests.harness.versions bin newest) && python=$$($(PYTHON) -m tests.harness.versions python newest) && \
 	cd $(SANITY_ROOT) && git init -q && git add -A && \
-	  $(BIN)/ansible-test sanity --venv --requirements --python 3.11 --color no
+	  PATH="$$newest:$$PATH" $$newest/ansible-test sanity --venv --requirements --python $$python --color no
 
 unit: setup
 	$(PYTHON) -m pytest -q tests/unit
 
-integration: setup
+# side by side, each lane with its own test fleet: the unit tests and the whole integration suite
+# on the oldest and on the newest ansible-core; the unit tests and a short run on the others, then
+# the molecule scenarios (tests/harness/versions.py)
+integration: setup versions-venvs
+	$(PYTHON) -m tests.harness.versions test
+
+# ---- ansible-core versions (tests/ansible-core-versions.txt) and molecule ----------------------
+# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE)
+versions-venvs: setup
+	$(PYTHON) -m tests.harness.versions setup
+
+# the whole integration suite on the development venv only
+integration-dev: setup
 	$(PYTHON) -m pytest -q tests/integration
+
+molecule: setup
+	$(BIN)/molecule test --all
 
 bench: setup
 	$(PYTHON) bench/classify_bench.py

@@ -51,6 +51,10 @@ EXIT_SETTLE = 1.0  # after the unit's process exited, how long its last journal 
 PEER_POLL = 2.0  # a node of a deployment looks at its peers at least this often
 PEER_SETTLE = 3.0  # after a peer failed, how long the last look at this node's journal may watch
 JOIN_LIMIT = 60.0  # how long a peer may take to start its wait before the deployment counts as broken
+# a heartbeat is shown early enough that the next look, taking as long as the longest recent one and
+# half again, cannot make it late
+TURNS_KEPT = 10
+TURN_MARGIN = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +181,7 @@ class Wait:
         self.peer_failure: tuple[str, NodeState] | None = None
         self._last_status: str | None = None
         self._last_shown = float("-inf")
+        self._turns: deque[float] = deque(maxlen=TURNS_KEPT)  # seconds between looks
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -192,6 +197,7 @@ class Wait:
         return Probe(watch=0.0, health=False, pinning=True)
 
     def observe(self, result: ProbeResult, now: float) -> Step:
+        self._turns.append(now - self.now)
         self.now = now
         self.probes += 1
         self.failures = 0
@@ -565,8 +571,10 @@ class Wait:
         return phase.replace("_", " ")
 
     def _show(self, text: str, force: bool = False) -> None:
-        """A progress line when the status changed, and at least every heartbeat."""
-        if not force and text == self._last_status and self.now - self._last_shown < self.settings.heartbeat:
+        """A progress line when the status changed, and at least every heartbeat: a heartbeat is due
+        when waiting for the next look could take it past the heartbeat."""
+        next_look = TURN_MARGIN * max(self._turns, default=0.0)
+        if not force and text == self._last_status and self.now - self._last_shown + next_look < self.settings.heartbeat:
             return
         self._last_status, self._last_shown = text, self.now
         allowlisted = (self.total.get("counts") or {}).get("allowlisted", 0)

@@ -65,6 +65,8 @@ NSPAWN_RUN = Path("/run/systemd/nspawn")
 HEALTH_URL = "http://127.0.0.1:30000/health_generate"
 SCENARIO_FILE = "/etc/sglang-sim/scenario.env"
 SIM_UNIT = "sglang.service"
+# the simulator's units: SGLang's, and its vLLM mode (/etc/vllm-sim/scenario.env, port 8000)
+SIM_UNITS = (SIM_UNIT, "vllm.service")
 TEMPLATE_VERSION = "1"  # bump when the template customisation changes
 READY_STATES = ("running", "degraded")
 
@@ -225,6 +227,18 @@ def pid_is_nspawn(pid: int, machine: str) -> bool:
     except OSError:
         return False
     return any(a.endswith(b"systemd-nspawn") for a in argv[:1]) and f"--machine={machine}".encode() in argv
+
+
+def booted_templates() -> set[Path]:
+    """The root directories running systemd-nspawn processes boot from: a fleet booted by the CLI
+    (``up``) holds no lock on its template once the command has returned, its containers do."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            if argv[0].endswith(b"systemd-nspawn"):
+                found |= {Path(os.fsdecode(a.removeprefix(b"--directory="))) for a in argv if a.startswith(b"--directory=")}
+    return found
 
 
 def wait_pid_gone(pid: int, timeout: float) -> bool:
@@ -506,7 +520,8 @@ class Fleet:
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "inferops-fleet", "-f", str(self.key)])
 
     def _simulator_files(self) -> dict[str, Path]:
-        files = {"opt/sglang-sim/sglang_sim.py": self.simulator_dir / "sglang_sim.py", f"etc/systemd/system/{SIM_UNIT}": self.simulator_dir / SIM_UNIT}
+        files = {"opt/sglang-sim/sglang_sim.py": self.simulator_dir / "sglang_sim.py"}
+        files |= {f"etc/systemd/system/{unit}": self.simulator_dir / unit for unit in SIM_UNITS}
         missing = [str(p) for p in files.values() if not p.is_file()]
         if missing:
             raise RuntimeError(f"simulator files missing: {', '.join(missing)}")
@@ -542,11 +557,12 @@ class Fleet:
 
     def _prune_templates(self) -> None:
         """Remove templates of older simulator versions that no running fleet uses."""
+        booted = booted_templates()
         for path in self.cache.dir.glob("template-*"):
             if path == self.template or not path.is_dir():
                 continue
             lock = path.with_name(path.name + ".lock")
-            if path.suffix == ".tmp" or unused(lock):
+            if path.suffix == ".tmp" or (unused(lock) and path not in booted):
                 shutil.rmtree(path, ignore_errors=True)
                 lock.unlink(missing_ok=True)
                 path.with_name(path.name + ".stamp").unlink(missing_ok=True)

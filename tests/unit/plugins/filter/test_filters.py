@@ -16,7 +16,8 @@ PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "filters.yml"
 
 
 def run_filters(log: Path, out: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    # results as JSON: the YAML result format folds long messages differently across ansible-core versions
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     variables = {"filters_log_path": str(log), "filters_out": str(out), **extra}
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables)]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -1,0 +1,61 @@
+"""playbooks/restart_vllm.yml and precheck_vllm.yml for real, against the simulator's vLLM mode:
+vllm.service (tests/harness/simulator/vllm.service), port 8000, /health, vLLM's log lines. The
+playbooks' own defaults find it; nothing but the host and the short timings is given."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.fleet import Fleet
+from tests.integration.conftest import RunPlaybook
+
+UNIT = "vllm.service"
+SCENARIO_FILE = "/etc/vllm-sim/scenario.env"
+QUICK = {
+    "sglang_restart_soak": 2,
+    "sglang_restart_poll_interval": 1,
+    "sglang_restart_heartbeat": 5,
+    "sglang_restart_budget": 120,
+    "sglang_restart_stall_limit": 60,
+    "sglang_restart_release_timeout": 30,
+}
+
+
+@pytest.fixture
+def host(fleet: Fleet) -> Iterator[str]:
+    """The first host with both simulated servers stopped, their failed state and scenarios cleared."""
+    name = fleet.hosts[0]
+    clear = f"systemctl stop {UNIT}; systemctl reset-failed {UNIT} 2>/dev/null; rm -f {SCENARIO_FILE}; true"
+    fleet.reset(name)
+    fleet.ssh(name, clear)
+    yield name
+    fleet.ssh(name, clear)
+
+
+def test_restart_and_precheck_vllm_by_name(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    fleet.ssh(host, f"mkdir -p /etc/vllm-sim && printf 'SIM_SPEED=0.15\\nSIM_WARMUP_SECONDS=1\\n' > {SCENARIO_FILE} && systemctl start {UNIT}")
+    before = fleet.unit_property(host, "InvocationID", unit=UNIT)
+
+    restart = run_playbook("playbooks/restart_vllm.yml", extra_vars={**QUICK, "vllm_hosts": host, "sglang_restart_report_dir": str(tmp_path)})
+    assert restart.returncode == 0, restart
+    assert f"{host} {UNIT}: PASS (ready)" in restart.output
+    after = fleet.unit_property(host, "InvocationID", unit=UNIT)
+    assert after != before
+    assert fleet.health(host, url="http://127.0.0.1:8000/health") == "200"
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    assert (report["verdict"], report["unit"], report["engine"], report["invocation_id"]) == ("pass", UNIT, "vllm", after)
+    assert report["fatal"] == []
+    # vLLM's own lines were classified with vLLM's rules
+    assert any(event["rule"].startswith("vllm-") for event in report["allowlisted"]), report["allowlisted"]
+
+    precheck = run_playbook("playbooks/precheck_vllm.yml", extra_vars={"vllm_hosts": host, "sglang_precheck_report_dir": str(tmp_path)})
+    assert precheck.returncode == 0, precheck
+    checked = json.loads((tmp_path / f"{host}.precheck.json").read_text())
+    assert (checked["verdict"], checked["unit"], checked["invocation_id"]) == ("pass", UNIT, after)
+    assert fleet.unit_property(host, "InvocationID", unit=UNIT) == after
+    # the SGLang unit next to it was never started
+    assert fleet.unit_property(host, "ActiveState") == "inactive"

@@ -1,0 +1,61 @@
+"""The ansible-core matrix (tests/ansible-core-versions.txt) agrees with meta/runtime.yml and
+requirements-dev.txt, and the versions harness reads it and plans its fleets' networks strictly."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from tests.harness.versions import REPO_ROOT, REQUIREMENTS_FILE, VersionsError, fleet_nets, load_matrix, parse_matrix, pick, pinned, support_pins
+
+
+def minor_number(minor: str) -> int:
+    return int(minor.split(".")[1])
+
+
+def test_the_matrix_covers_what_meta_runtime_claims() -> None:
+    versions = load_matrix()
+    minors = [minor_number(v.minor) for v in versions]
+    assert minors == list(range(minors[0], minors[-1] + 1)), "one line per minor version, in order, none missing"
+    assert pick(versions, "oldest") == versions[0] and pick(versions, "newest") == versions[-1]
+    runtime = yaml.safe_load((REPO_ROOT / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"] == f">={versions[0].minor}.0,<2.{minors[-1] + 1}.0"
+
+
+def test_the_dev_line_is_the_development_venv_pin() -> None:
+    dev = pick(load_matrix(), "dev")
+    assert pinned(REQUIREMENTS_FILE.read_text(), ["ansible-core"]) == [f"ansible-core=={dev.release}"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2.16.19 3.11\n", "versions.txt:1: expected 'release python runs'"),
+        ("2.16 3.11 oldest\n", "versions.txt:1: '2.16' is not an ansible-core release"),
+        ("2.16.19 3.11 oldest\n2.17.1 py3 newest\n", "versions.txt:2: 'py3' is not a Python version"),
+        ("2.16.19 3.11 oldest\n2.17.1 3.11 latest\n", "versions.txt:2: runs must be one of"),
+        ("2.16.19 3.11 oldest\n2.17.1 3.11 short\n", "exactly one line must say 'dev'"),
+    ],
+)
+def test_a_bad_matrix_line_is_named(text: str, message: str) -> None:
+    with pytest.raises(VersionsError, match=re.escape(message)):
+        parse_matrix(text, "versions.txt")
+
+
+def test_networks_side_by_side() -> None:
+    assert fleet_nets(3, {}) == ["10.213", "10.214", "10.215"]
+    assert fleet_nets(2, {"INFEROPS_FLEET_NET": "10.224"}) == ["10.224", "10.225"]
+    assert fleet_nets(2, {"INFEROPS_VERSION_NETS": "10.224, 10.227 10.228"}) == ["10.224", "10.227"]
+    with pytest.raises(VersionsError, match="names 1 network"):
+        fleet_nets(2, {"INFEROPS_VERSION_NETS": "10.224"})
+    with pytest.raises(VersionsError, match=re.escape("INFEROPS_FLEET_NET='10.254'")):
+        fleet_nets(3, {"INFEROPS_FLEET_NET": "10.254"})
+
+
+def test_each_version_gets_the_test_tools_not_the_development_tools() -> None:
+    pins = support_pins("ansible-core==2.19.14\nansible-lint==26.10.1\npytest==9.2.0  # tests\nhypothesis==6.170.15\nruff==0.17.6\n")
+    assert pins == ["pytest==9.2.0", "hypothesis==6.170.15"]
+    with pytest.raises(VersionsError, match="pins no pytest"):
+        support_pins("ansible-core==2.19.14\n")
