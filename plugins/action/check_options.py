@@ -71,6 +71,7 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         role = args["role"]
         host = str(task_vars.get("inventory_hostname", "this host"))
+        self._base_dir = str(task_vars.get("playbook_dir") or ".")
         rules = RulesOnce()
         problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, rules)
         others = [name for name in args["hosts"] if name != host]
@@ -101,7 +102,7 @@ class ActionModule(ActionBase):
             except AnsibleError as exc:
                 shown = "" if option.get("no_log") else f": {exc.message}"
                 problems.append(f"{variable} cannot be templated{shown}")
-        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules)
+        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules, getattr(self, "_base_dir", "."))
         return problems + check.problems, check.rule_problems, check.values
 
     def _check_others(self, role: str, hosts: list[str], task_vars: t.Mapping[str, t.Any], rules: RulesOnce, known: set[str]) -> tuple[list[str], list[str]]:
