@@ -216,7 +216,7 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
     verdict = None if not attempted else "fail" if failure else _text(wait.get("verdict")) or ("fail" if rollback.get("restarted") else "pass")
     reason = None if not attempted else "rollback_failed" if failure and not wait else _text(wait.get("reason")) or "files_restored"
     return {
-        "state": _text(deploy.get("state")) or ("check_mode" if observed.get("check_mode") else "not_restarted"),
+        "state": _text(deploy.get("state")) or None,
         "deploy": _mapping(deploy.get("deploy")),
         "rollback": {
             "enabled": bool(rollback.get("enabled", True)),
