@@ -36,7 +36,7 @@ QUICK = {
     "sglang_restart_stall_limit": 60,
     "sglang_restart_release_timeout": 30,
     "sglang_restart_router_timeout": 10,
-    "sglang_restart_drain_timeout": 20,
+    "sglang_restart_drain_timeout": 60,
 }
 OLD_MODEL = "/models/DeepSeek-R1"
 NEW_MODEL = "/models/DeepSeek-R1-0528"
@@ -140,9 +140,9 @@ def test_good_configuration_rolls_out_host_by_host(fleet: Fleet, hosts: list[str
     (a request in flight on sim1 is waited for), restarted on the new configuration and put back
     after its pass, one host after the other. Run again, nothing is restarted and the router is
     left alone. The admin key is never printed."""
-    before = start_with(fleet, hosts, SIM_GENERATE_SECONDS="4")
+    before = start_with(fleet, hosts, SIM_GENERATE_SECONDS="25")
     urls = workers(fleet, hosts)
-    # a generation that runs for 4 s on sim1: the drain must wait for it
+    # a generation that runs for 25 s on sim1 (longer than the run takes to reach the drain): the drain waits for it
     request = "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:30000/generate', data=b'{}'), timeout=30)"
     fleet.ssh(hosts[0], f"systemd-run --unit=inflight --collect python3 -c {shlex.quote(request)}")
     hook_vars, hook_log = hooks(tmp_path)
