@@ -186,7 +186,7 @@ def test_good_configuration_rolls_out_host_by_host(fleet: Fleet, hosts: list[str
     assert invocation(fleet, hosts[0]) == now
     assert len(router.calls) == calls
     assert len(hook_log.read_text().splitlines()) == 2 * len(hosts)
-    assert f"{hosts[0]} {UNIT}: SKIPPED (unchanged)" in flat(again.output)
+    assert f"already on the new configuration (nothing restarted): {hosts[0]}" in flat(again.output)
 
 
 def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
@@ -215,12 +215,13 @@ def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
     data = report(tmp_path / "reports", second)
     rollback = data["rollback"]
     assert isinstance(rollback, dict)
-    assert data["verdict"] == "fail" and data["reason"] == "fatal_log" and data["fatal"], data
+    # the crash ends in a fatal line, then systemd restarts the unit: which the wait sees first depends on timing
+    assert data["verdict"] == "fail" and data["reason"] in ("fatal_log", "restarted") and data["fatal"], data
     assert data["state"] == "rolled_back" and rollback["verdict"] == "pass"
     failed_invocation = data["invocation_id"]
     assert invocation(fleet, second) == rollback["invocation_id"]
     assert rollback["invocation_id"] not in (before[second], failed_invocation)
-    assert f"{second} {UNIT}: FAIL (fatal_log): rolled back, serving the previous configuration again (rollback start passed in 0m" in out
+    assert f"{second} {UNIT}: FAIL ({data['reason']}): rolled back, serving the previous configuration again (rollback start passed in 0m" in out
     assert "CUDA out of memory" in out
     # sim3: never touched
     assert invocation(fleet, third) == before[third]
