@@ -72,11 +72,13 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         role = args["role"]
         host = str(task_vars.get("inventory_hostname", "this host"))
+        self._base_dir = str(task_vars.get("playbook_dir") or ".")
         rules = RulesOnce()
         problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, rules)
         others = [name for name in args["hosts"] if name != host]
         other_problems, other_rule_lines = self._check_others(role, others, task_vars, rules, set(problems + rule_lines))
         node, topology_problems = deployment_node(host, task_vars)
+        problems += not_for_multi_node(role, node, values)
         every = problems + other_problems + topology_problems + rule_lines + other_rule_lines
         if every:
             reason = "invalid_options" if problems or other_problems else "invalid_topology" if topology_problems else "invalid_rules"
@@ -104,7 +106,7 @@ class ActionModule(ActionBase):
             except AnsibleError as exc:
                 shown = "" if option.get("no_log") else f": {exc.message}"
                 problems.append(f"{variable} cannot be templated{shown}")
-        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules)
+        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules, getattr(self, "_base_dir", "."))
         return problems + check.problems, check.rule_problems, check.values
 
     def _check_others(self, role: str, hosts: list[str], task_vars: t.Mapping[str, t.Any], rules: RulesOnce, known: set[str]) -> tuple[list[str], list[str]]:
@@ -145,6 +147,23 @@ class ActionModule(ActionBase):
                 if isinstance(addresses, (list, tuple)):
                     names.extend(str(address) for address in addresses)
         return names
+
+
+# what a multi-node deployment cannot do yet: its nodes would take a change, a drain or a rollback
+# one by one, without the gates that keep them together (docs/multinode.md)
+NOT_FOR_MULTI_NODE = ("dropin_content", "dropin_template", "env_content", "env_template", "router_url", "drain_hooks", "restore_hooks")
+
+
+def not_for_multi_node(role: str, node: t.Mapping[str, t.Any], values: t.Mapping[str, t.Any]) -> list[str]:
+    if role != "sglang_restart" or not node.get("multi_node"):
+        return []
+    given = [f"{role}_{name}" for name in NOT_FOR_MULTI_NODE if values.get(name)]
+    if not given:
+        return []
+    return [
+        f"{', '.join(given)} given for a node of the multi-node deployment {node.get('deployment')}: deploying a change, "
+        "draining and rolling back are not supported for multi-node deployments yet (restart them without these)"
+    ]
 
 
 def deployment_node(host: str, task_vars: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], list[str]]:

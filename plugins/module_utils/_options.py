@@ -22,6 +22,7 @@ import typing as t
 import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
+from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
@@ -186,7 +187,30 @@ ROLE_ONLY_OPTIONS: Spec = {
     "report_dir": {"type": "str", "default": ""},
     "allow_remote_health": {"type": "bool", "default": False},
     "allow_remote_smoke": {"type": "bool", "default": False},
+    # deploying a change, rolling it back, draining traffic (module_utils/_deploy checks the values)
+    "dropin_name": {"type": "str", "default": "50-inferops-deploy.conf"},
+    "dropin_content": {"type": "str", "default": ""},
+    "dropin_template": {"type": "str", "default": ""},
+    "env_file": {"type": "str", "default": ""},
+    "env_content": {"type": "str", "default": ""},
+    "env_template": {"type": "str", "default": ""},
+    "force_restart": {"type": "bool", "default": False},
+    "verify_unit": {"type": "bool", "default": True},
+    "rollback": {"type": "bool", "default": True},
+    "router_url": {"type": "str", "default": ""},
+    "router_api_key": {"type": "str", "default": "", "no_log": True},
+    "worker_url": {"type": "str", "default": ""},
+    "router_timeout": {"type": "int", "default": 60},
+    "load_url": {"type": "str", "default": "http://127.0.0.1:30000/get_load"},
+    "drain_timeout": {"type": "int", "default": 300},
+    "drain_hooks": {"type": "list", "elements": "str", "default": []},
+    "restore_hooks": {"type": "list", "elements": "str", "default": []},
 }
+DEPLOY_OPTIONS = (
+    *("dropin_name", "dropin_content", "dropin_template", "env_file", "env_content", "env_template"),
+    *("force_restart", "verify_unit", "rollback"),
+    *("router_url", "router_api_key", "worker_url", "router_timeout", "load_url", "drain_timeout", "drain_hooks", "restore_hooks"),
+)
 
 _EVERY_OPTION = merged(UNIT_OPTIONS, HEALTH_OPTIONS, CLASSIFIER_OPTIONS, WAIT_OPTIONS, ROLE_ONLY_OPTIONS)
 
@@ -203,13 +227,14 @@ ROLE_SPECS: dict[str, Spec] = {
         *("budget", "stall_limit", "stall_limits", "health_successes", "soak", "poll_interval", "heartbeat"),
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
         *("report_dir", "allow_remote_health", "allow_remote_smoke"),
+        *DEPLOY_OPTIONS,
     ),
     "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health"),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
 YAML_TEXT = ("extra_rules", "stall_limits")
-COMMA_TEXT = ("disabled_rules",)
+COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks")
 PORTS = (1, 65535)
 # URLs that must point at the target itself: (option, the option that allows another host, why not)
 TARGET_URLS = (
@@ -236,6 +261,7 @@ def check_role_values(
     target_names: t.Iterable[str] = (),
     parse_yaml: t.Callable[[str], t.Any] = json.loads,
     check_rules: t.Optional[t.Callable[[str, t.Sequence[t.Any], t.Sequence[str], str], list[str]]] = None,
+    base_dir: str = ".",
 ) -> RoleCheck:
     """Convert and check every variable of a role; nothing is left unchecked for later.
 
@@ -243,7 +269,8 @@ def check_role_values(
     missing ones take their defaults. ``target_names`` are the names and addresses of the host
     the role runs against, for the check that the URLs point at it. ``parse_yaml`` reads the
     options that may come as YAML text. ``check_rules`` replaces ``rule_problems`` (a caller that
-    checks many hosts with the same rules compiles them once).
+    checks many hosts with the same rules compiles them once). Relative template and hook paths of
+    a deploy are looked up under ``base_dir`` (the playbook's directory).
     """
     spec = ROLE_SPECS[role]
     prefix = f"{role}_"
@@ -257,6 +284,8 @@ def check_role_values(
             problems.append(f"{prefix}{name} {problem}")
     problems.extend(wait_option_problems({name: values[name] for name in WAIT_OPTIONS if name in values}, prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))
+    if role == "sglang_restart":
+        problems.extend(deploy_option_problems({name: values[name] for name in DEPLOY_OPTIONS if name in values}, base_dir))
     rules = []
     if all(name in values for name in ("engine", "extra_rules", "disabled_rules")):
         rules = (check_rules or rule_problems)(values["engine"], values["extra_rules"], values["disabled_rules"], prefix)

@@ -49,7 +49,25 @@ def _unit_named(report: Report) -> str:
     return str(report.get("unit") or "(no unit)")
 
 
+def _duration(seconds: t.Any) -> str:
+    try:
+        whole = int(float(seconds))
+    except (TypeError, ValueError):
+        whole = 0
+    return f"{whole // 60}m{whole % 60:02d}s"
+
+
 def _restart_headline(report: Report) -> str:
+    head = f"{report.get('host')} {_unit_named(report)}: {str(report.get('verdict')).upper()} ({report.get('reason')})"
+    rollback = report.get("rollback") or {}
+    state = report.get("state")
+    if state == "rolled_back":
+        return f"{head}: rolled back, serving the previous configuration again (rollback start passed in {_duration(rollback.get('elapsed'))})"
+    if state == "rollback_failed":
+        after = f" after {_duration(rollback.get('elapsed'))}" if rollback.get("restarted") else ""
+        return f"{head}: rolled back, but the rollback start FAILED too ({rollback.get('reason')}{after}): the host serves nothing and stays out of rotation"
+    if state == "not_restarted" and rollback.get("files_restored"):
+        return f"{head}: the previous configuration was put back, nothing was restarted"
     return (
         f"{report.get('host')} {_unit_named(report)}: {str(report.get('verdict')).upper()} ({report.get('reason')}) "
         f"after {report.get('elapsed')} s waiting, {report.get('total_elapsed')} s in all"
@@ -74,7 +92,17 @@ FORMS: dict[str, Form] = {
         time_key="total_elapsed",
         timestamp_key="started_at",
         file_suffix="",
-        properties=(*_NAMED, ("previous_invocation_id", "previous_invocation_id"), ("wait_seconds", "elapsed"), *_EVENTS),
+        properties=(
+            *_NAMED,
+            ("previous_invocation_id", "previous_invocation_id"),
+            ("wait_seconds", "elapsed"),
+            *_EVENTS,
+            ("state", "state"),
+            ("config_changed", "deploy.applied"),
+            ("rollback_verdict", "rollback.verdict"),
+            ("rollback_reason", "rollback.reason"),
+            ("rollback_invocation_id", "rollback.invocation_id"),
+        ),
         stats=(
             ("verdict", "verdict"),
             ("reason", "reason"),
@@ -85,6 +113,14 @@ FORMS: dict[str, Form] = {
             ("unit", "unit"),
             ("fatal", "#fatal"),
             ("unrecognized", "#unrecognized"),
+            ("state", "state"),
+            ("config_changed", "deploy.applied"),
+            ("rollback_verdict", "rollback.verdict"),
+            ("rollback_reason", "rollback.reason"),
+            ("rollback_elapsed", "rollback.elapsed"),
+            ("rollback_invocation_id", "rollback.invocation_id"),
+            ("traffic_removed", "traffic.removed"),
+            ("traffic_restored", "traffic.restored"),
         ),
     ),
     "sglang_precheck": Form(
@@ -170,7 +206,10 @@ def cut(text: t.Any, limit: int) -> str:
 def summary_lines(report: Report, report_dir: str = "") -> list[str]:
     """One screen per host: the verdict first, then the evidence."""
     form = form_of(report)
-    lines = [form.headline(report), cut(report.get("msg"), MSG_LIMIT)]
+    lines = [form.headline(report)]
+    if report.get("state") in ("rolled_back", "rollback_failed"):
+        lines.append(f"new configuration: FAIL ({report.get('reason')}) after {report.get('elapsed')} s waiting, {report.get('total_elapsed')} s in all")
+    lines.append(cut(report.get("msg"), MSG_LIMIT))
     lines += _failed_step(report)
     lines += _problems(report)
     lines += _unit(report)
@@ -181,9 +220,60 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines += evidence_lines(report)
         lines += _smoke(report)
         lines += _last_lines(report)
+    lines += deploy_lines(report)
     files = report_files(report, report_dir)
     if files and report.get("verdict") != "skipped":
         lines.append(f"reports: {files['json']} and {form.file_suffix}.junit.xml")
+    return lines
+
+
+def deploy_lines(report: Report) -> list[str]:
+    """The change, the traffic and the rollback start, when there were any."""
+    lines: list[str] = []
+    deploy = report.get("deploy") or {}
+    if deploy.get("requested"):
+        files = []
+        for item in deploy.get("files") or []:
+            done = (
+                (f"written, previous kept as {item.get('path')}.previous" if item.get("existed") else "written, new file")
+                if item.get("changed")
+                else "already in place"
+            )
+            files.append(f"{item.get('kind')} {item.get('path')} {done}")
+        lines.append("change: " + "; ".join(files))
+    traffic = report.get("traffic") or {}
+    if traffic.get("router_url"):
+        router, worker = traffic["router_url"], traffic.get("worker_url")
+        if traffic.get("removed"):
+            lines.append(f"router: {worker} taken out of {router}" + (" and put back" if traffic.get("restored") else ", NOT put back"))
+        elif traffic.get("registered") is False:
+            lines.append(f"router: {worker} not registered with {router}, left alone")
+    drain = traffic.get("drain") or {}
+    if drain:
+        running = drain.get("running_at_stop")
+        timed_out = " (drain timeout reached)" if drain.get("timed_out") else ""
+        lines.append(f"drain: {'unknown' if running is None else running} request(s) running at the stop, after {drain.get('seconds')} s{timed_out}")
+    if traffic.get("error"):
+        lines.append(f"traffic: {cut(traffic['error'], MSG_LIMIT)}")
+    rollback = report.get("rollback") or {}
+    if rollback.get("restarted"):
+        verdict = f"{str(rollback.get('verdict') or 'fail').upper()} ({rollback.get('reason')})"
+        lines.append(f"rollback start: {verdict} after {rollback.get('elapsed')} s, invocation {rollback.get('invocation_id') or 'none'}")
+        if rollback.get("timeline"):
+            lines.append(
+                "  phases: "
+                + " > ".join(f"{step.get('phase')} {step.get('duration') if step.get('duration') is not None else '...'} s" for step in rollback["timeline"])
+            )
+        if rollback.get("verdict") != "pass":
+            lines.append("  " + cut(rollback.get("msg"), MSG_LIMIT))
+            lines += [
+                f"  FATAL [{event.get('rule') or 'no rule'}] x{event.get('count')}{_ranks(event)}: {cut(event.get('message'), LINE_LIMIT)}"
+                for event in rollback.get("fatal") or []
+            ][:FATAL_SHOWN]
+            if not rollback.get("fatal"):
+                lines += [f"    | {cut(line, LINE_LIMIT)}" for line in (rollback.get("last_lines") or [])[-LAST_LINES_SHOWN:]]
+    elif rollback.get("attempted") and rollback.get("verdict") == "fail":
+        lines.append(f'rollback: FAILED at "{rollback.get("failed_step")}": {cut(rollback.get("msg"), MSG_LIMIT)}')
     return lines
 
 
@@ -344,17 +434,20 @@ def junit_xml(report: Report, report_dir: str = "") -> str:
     """One test suite with one test case for the host; a ``<failure type="<reason>">`` when it failed."""
     form = form_of(report)
     host, verdict = _xml(report.get("host")), report.get("verdict")
-    failures = "1" if verdict == "fail" else "0"
+    rollback = report.get("rollback") or {}
+    rolled = bool(rollback.get("restarted"))
+    failures = str((1 if verdict == "fail" else 0) + (1 if rolled and rollback.get("verdict") != "pass" else 0))
+    cases = "2" if rolled else "1"
     seconds = _xml(report.get(form.time_key))
     role = str(report.get("role"))
-    suites = ET.Element("testsuites", {"name": f"inferops.runbooks.{role}", "tests": "1", "failures": failures, "errors": "0", "time": seconds})
+    suites = ET.Element("testsuites", {"name": f"inferops.runbooks.{role}", "tests": cases, "failures": failures, "errors": "0", "time": seconds})
     suite = ET.SubElement(
         suites,
         "testsuite",
         {
             "name": f"{role}.{host}",
             "hostname": host,
-            "tests": "1",
+            "tests": cases,
             "failures": failures,
             "errors": "0",
             "skipped": "1" if verdict == "skipped" else "0",
@@ -372,6 +465,14 @@ def junit_xml(report: Report, report_dir: str = "") -> str:
     elif verdict == "skipped":
         ET.SubElement(case, "skipped", {"message": _xml(report.get("msg"))})
     ET.SubElement(case, "system-out").text = _xml("\n".join(summary_lines(report, report_dir)))
+    if rolled:
+        again = ET.SubElement(
+            suite, "testcase", {"classname": f"{role}.{host}", "name": f"rollback {_xml(report.get('unit'))}", "time": _xml(rollback.get("elapsed"))}
+        )
+        if rollback.get("verdict") != "pass":
+            failure = ET.SubElement(again, "failure", {"type": _xml(rollback.get("reason")), "message": _xml(cut(rollback.get("msg"), JUNIT_MESSAGE_LIMIT))})
+            events = [f"[{event.get('rule') or 'no rule'}] x{event.get('count')}: {event.get('message')}" for event in rollback.get("fatal") or []]
+            failure.text = _xml("\n".join([str(rollback.get("msg") or ""), *events, *rollback.get("last_lines", [])]))
     if hasattr(ET, "indent"):
         ET.indent(suites, space="  ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -29,6 +29,10 @@ STAGE_REASONS = {
     "restart": "restart_failed",
     "wait": "wait_error",
     "smoke": "smoke_failed",
+    "render": "template_failed",
+    "deploy": "deploy_failed",
+    "verify": "unit_invalid",
+    "drain": "drain_failed",
     "probe": "probe_failed",
     "deployment": "peer_failed",  # a node of a multi-node deployment stopped because a peer did not get through a step
 }
@@ -186,7 +190,8 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     before = _mapping(observed.get("before"))
     failure = _failure(observed)
     smoke = _smoke(observed)
-    outcome = _restart_outcome(observed, wait, before, failure, smoke)
+    deploy = _mapping(observed.get("deploy"))
+    outcome = _deploy_outcome(deploy, failure, observed, _restart_outcome(observed, wait, before, failure, smoke))
     return {
         **_named("sglang_restart", observed, outcome, failure),
         "failed_stage": failure.get("stage") if failure else None,
@@ -208,6 +213,60 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
         **_evidence(wait, wait.get("last_lines"), wait.get("journal_gaps")),
         "smoke_test": smoke,
         "budget": _setting(observed, "budget", None),
+        **_deploy_sections(deploy, observed),
+    }
+
+
+# -- deploying a change, rolling it back, draining traffic ----------------------------------------
+
+
+def _deploy_outcome(deploy: t.Mapping[str, t.Any], failure: t.Any, observed: Observed, outcome: dict[str, str]) -> dict[str, str]:
+    """The restart's outcome, seen through the deploy: a change already in place restarted nothing;
+    a start that passed but whose host the router did not take back fails."""
+    if not deploy or failure is not None or observed.get("check_mode"):
+        return outcome
+    if deploy.get("restart_needed") is False:
+        return {
+            "verdict": "skipped",
+            "reason": "unchanged",
+            "msg": "the new configuration is already in place: nothing was restarted (sglang_restart_force_restart restarts anyway)",
+        }
+    error = _mapping(deploy.get("traffic")).get("error")
+    if outcome["verdict"] == "pass" and error:
+        return {"verdict": "fail", "reason": "restore_failed", "msg": f"the start passed, but the host was not put back into rotation: {error}"}
+    return outcome
+
+
+def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Report:
+    """state, deploy, rollback and traffic: where the host stands and how it got there."""
+    rollback = _mapping(deploy.get("rollback"))
+    wait = _mapping(rollback.get("wait"))
+    failure = _mapping(rollback.get("failure"))
+    attempted = bool(rollback.get("attempted"))
+    verdict = None if not attempted else "fail" if failure else _text(wait.get("verdict")) or ("fail" if rollback.get("restarted") else "pass")
+    reason = None if not attempted else "rollback_failed" if failure and not wait else _text(wait.get("reason")) or "files_restored"
+    return {
+        "state": _text(deploy.get("state")) or None,
+        "deploy": _mapping(deploy.get("deploy")),
+        "rollback": {
+            "enabled": bool(rollback.get("enabled", True)),
+            "attempted": attempted,
+            "files_restored": bool(rollback.get("files_restored")),
+            "restarted": bool(rollback.get("restarted")),
+            "verdict": verdict,
+            "reason": reason,
+            "msg": _text(failure.get("msg")) or _text(wait.get("msg")),
+            "failed_step": _text(failure.get("step")) or None,
+            "elapsed": wait.get("elapsed", 0),
+            "invocation_id": _text(wait.get("invocation_id")),
+            "phase": wait.get("phase"),
+            "timeline": list(wait.get("timeline") or []),
+            "health": _mapping(wait.get("health")),
+            "fatal": list(wait.get("fatal") or []),
+            "unrecognized": list(wait.get("unrecognized") or []),
+            "last_lines": list(wait.get("last_lines") or []),
+        },
+        "traffic": _mapping(deploy.get("traffic")),
     }
 
 

@@ -6,9 +6,15 @@
    the warning and passes.
 3. A bad restart: the same server runs out of GPU memory while capturing CUDA graphs. The playbook
    fails fast, with the traceback (deduplicated across ranks) as evidence.
-4. Tears the host down, always (also on Ctrl-C).
+4. A failed deploy: a new configuration (a systemd drop-in with a bigger model) is applied as part
+   of the restart, with the host taken out of a router (the stand-in of tests/harness/router_stub.py)
+   first. The new start runs out of GPU memory while loading weights; the playbook puts the previous
+   configuration back, starts it again, waits for it with the same gates and puts the host back
+   into the router only after that start passed.
+5. Tears the host down, always (also on Ctrl-C).
 
-Exit code 0 only when the first run passed and the second failed with reason ``fatal_log``.
+Exit code 0 only when the first run passed, the second failed with reason ``fatal_log`` and the
+third was rolled back to a passing start.
 Run as root from the repository root: ``python -m tests.harness.demo`` (what ``make demo`` does).
 """
 
@@ -26,11 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.fleet import REPO_ROOT, Fleet, missing_prerequisites
+from tests.harness.router_stub import RouterStub
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 # demo speed: the simulator's full 20 s cold start, 8 ranks
 GOOD = {"SIM_SCENARIO": "ok", "SIM_SPEED": "1", "SIM_TP": "8"}
 BAD = {**GOOD, "SIM_SCENARIO": "crash", "SIM_PHASE": "capturing_cuda_graphs", "SIM_FAILURE": "cuda_oom"}
+# the previous configuration of the third act: the scenario file no longer forces a scenario, so the
+# drop-in decides; the new one loads a bigger model that does not fit in GPU memory
+PREVIOUS = {"SIM_SPEED": "1", "SIM_TP": "8"}
+NEW_DROPIN = "[Service]\nEnvironment=SIM_MODEL=/models/DeepSeek-R1-0528-bf16 SIM_SCENARIO=crash SIM_PHASE=loading_weights SIM_FAILURE=cuda_oom\n"
 # the role's timings for a cold start of tens of seconds (defaults are sized for an hour)
 ROLE_VARS = {
     "sglang_restart_budget": 300,
@@ -51,14 +62,14 @@ def banner(title: str, text: str = "") -> None:
     print("=" * width + "\n", flush=True)
 
 
-def run_playbook(fleet: Fleet, report_dir: Path) -> int:
+def run_playbook(fleet: Fleet, report_dir: Path, **more: object) -> int:
     """ansible-playbook with its output streaming straight to this terminal."""
     env = fleet.ansible_env()
     env["ANSIBLE_CONFIG"] = str(REPO_ROOT / "ansible.cfg")
     if sys.stdout.isatty():
         env.pop("ANSIBLE_NOCOLOR", None)
         env["ANSIBLE_FORCE_COLOR"] = "1"
-    extra = {**ROLE_VARS, "sglang_restart_report_dir": str(report_dir)}
+    extra = {**ROLE_VARS, "sglang_restart_report_dir": str(report_dir), **more}
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), PLAYBOOK, "-i", str(fleet.inventory), "-e", json.dumps(extra)]
     print(f"$ ansible-playbook {PLAYBOOK} -i {fleet.inventory} -e '{json.dumps(extra)}'\n", flush=True)
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, check=False).returncode
@@ -85,7 +96,7 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
     host = fleet.hosts[0]
 
     banner(
-        "1/2  A good restart",
+        "1/3  A good restart",
         """
         The server loads a large model on 8 GPUs: weights, KV cache, CUDA graph capture, warm-up,
         about 20 seconds here (10-60 minutes in real life). The port stays closed until the end,
@@ -102,7 +113,7 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
     print(f"\n>>> first run: exit code {good_rc}, verdict {good.get('verdict')} ({good.get('reason')})", flush=True)
 
     banner(
-        "2/2  A bad restart",
+        "2/3  A bad restart",
         """
         Same server, but this time a rank runs out of GPU memory while capturing CUDA graphs: the
         scheduler prints a traceback, the main process gets SIGQUIT and is killed, and systemd
@@ -121,16 +132,48 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
         flush=True,
     )
 
-    ok = passed and failed_fast
+    rolled_back = failed_deploy(fleet, host, workdir / "deploy")
+
+    ok = passed and failed_fast and rolled_back
     bad_outcome = "failed fast with reason fatal_log" if failed_fast else "did NOT fail as expected"
+    deploy_outcome = "rolled back to a passing start" if rolled_back else "was NOT rolled back as expected"
     banner(
         "Demo " + ("succeeded" if ok else "FAILED"),
         f"""
-        Good restart: {"passed" if passed else "did NOT pass"}. Bad restart: {bad_outcome}.
-        JSON and JUnit XML reports were written to {workdir}/good and {workdir}/bad (a temporary directory, removed now).
+        Good restart: {"passed" if passed else "did NOT pass"}. Bad restart: {bad_outcome}. Failed deploy: {deploy_outcome}.
+        JSON and JUnit XML reports were written to {workdir}/good, {workdir}/bad and {workdir}/deploy (a temporary directory, removed now).
         """,
     )
     return ok
+
+
+def failed_deploy(fleet: Fleet, host: str, report_dir: Path) -> bool:
+    """Act 3: a new configuration whose start fails, rolled back; the router sees the host go and come back."""
+    banner(
+        "3/3  A failed deploy, rolled back",
+        """
+        The server runs again on its previous configuration. Now a new one is deployed with the
+        restart: a systemd drop-in that loads a bigger model. Before the stop the host is taken out
+        of the router (SGLang Model Gateway, here a small stand-in on this machine) and the playbook
+        waits until the server runs no more requests. The new start runs out of GPU memory while
+        loading weights: the playbook puts the previous drop-in back, starts the server again, waits
+        for that start with the same gates, and only then puts the host back into the router.
+        """,
+    )
+    fleet.set_scenario(host, **PREVIOUS)
+    fleet.ssh(host, "systemctl reset-failed sglang.service; systemctl restart sglang.service")
+    worker = f"http://{fleet.address(host)}:30000"
+    with RouterStub(workers=[worker]) as router:
+        started = time.monotonic()
+        rc = run_playbook(fleet, report_dir, sglang_restart_dropin_content=NEW_DROPIN, sglang_restart_router_url=router.url)
+        changes = router.changes()
+    report = read_report(report_dir, host)
+    rollback = report.get("rollback") or {}
+    outcome = f"verdict {report.get('verdict')} ({report.get('reason')}), now {report.get('state')}"
+    print(f"\n>>> third run: exit code {rc}, {outcome}, after {time.monotonic() - started:.0f} s", flush=True)
+    print(f">>> rollback start: {rollback.get('verdict')} ({rollback.get('reason')}) after {rollback.get('elapsed')} s", flush=True)
+    print(f">>> the router saw: {', '.join(f'{verb} {url}' for verb, url in changes) or 'nothing'}", flush=True)
+    return rc != 0 and report.get("state") == "rolled_back" and changes == [("remove", worker), ("add", worker)]
 
 
 def main() -> int:

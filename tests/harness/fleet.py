@@ -67,6 +67,7 @@ SCENARIO_FILE = "/etc/sglang-sim/scenario.env"
 SIM_UNIT = "sglang.service"
 # the simulator's units: SGLang's, and its vLLM mode (/etc/vllm-sim/scenario.env, port 8000)
 SIM_UNITS = (SIM_UNIT, "vllm.service")
+DEPLOY_DIR = "/etc/sglang"  # where tests deploy environment files
 TEMPLATE_VERSION = "1"  # bump when the template customisation changes
 READY_STATES = ("running", "degraded")
 
@@ -470,8 +471,11 @@ class Fleet:
         return self.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
     def reset(self, host: str) -> None:
-        """Stop the simulator, clear its failed state and restart counter, drop the scenario file."""
-        self.ssh(host, f"systemctl stop {SIM_UNIT}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; rm -f {SCENARIO_FILE}; true")
+        """Stop the simulator, clear its failed state and restart counter, drop the scenario file and
+        any deployed configuration (drop-ins of the unit, files under /etc/sglang)."""
+        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR}"
+        clear = f"rm -rf {SCENARIO_FILE} {deployed}; systemctl daemon-reload"
+        self.ssh(host, f"systemctl stop {SIM_UNIT}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; {clear}; true")
 
     def ansible_env(self) -> dict[str, str]:
         """Environment (a full copy of os.environ plus overrides) for ansible subprocesses."""

@@ -197,6 +197,16 @@ def test_a_topology_with_two_rank_0_hosts_is_refused_before_anything_restarts(to
     assert {host: topology.invocation(host) for host in before} == before
 
 
+def test_a_change_to_deploy_on_a_deployment_is_refused_before_anything_restarts(topology: Topology, run_playbook: RunPlaybook) -> None:
+    before = topology.start_all()
+    change = {"sglang_restart_dropin_content": "[Service]\nEnvironment=SIM_SPEED=0.2\n"}
+    run = run_playbook(PLAYBOOK, extra_vars={**QUICK, **change}, inventory=topology.inventory)
+    assert run.returncode != 0, run
+    assert "sglang_restart_dropin_content given for a node of the multi-node deployment dsr1" in run.output
+    assert "Restart | Stop the unit" not in run.output and "Deploy |" not in run.output
+    assert {host: topology.invocation(host) for host in before} == before
+
+
 def test_the_precheck_checks_node_0_with_the_full_gates_and_the_other_nodes_with_theirs(topology: Topology, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """dsr1 is healthy; qwen's node 0 answers health 503 while its node 1's placeholder answers 200:
     dsr1 passes, qwen fails as one deployment naming node 0, and nothing is restarted."""

@@ -38,6 +38,9 @@ Environment (the unit reads ``/etc/sglang-sim/scenario.env``):
 ``SIM_PEER_TIMEOUT``       seconds between losing a peer and this node's distributed error, default
                            1.5 (it stands for NCCL's and gloo's timeouts of minutes)
 ``SIM_PEER_LOSS``          what a node does once it lost a peer: exit (default) | hang
+``SIM_GENERATE_SECONDS``   seconds each generation request (/generate, /v1/completions,
+                           /v1/chat/completions) takes, default 0: a request in flight is counted
+                           as running by ``/get_load``, ``/v1/loads`` and ``/metrics``
 
 Scenarios and how they end:
 
@@ -234,6 +237,7 @@ class Config:
     dist_timeout: float = 30.0
     peer_timeout: float = 1.5
     peer_loss: str = "exit"
+    generate_seconds: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -269,6 +273,7 @@ class Config:
             shards=_env_int(env, "SIM_SHARDS", 163, 1),
             health_delay=_env_float(env, "SIM_HEALTH_DELAY", SLOW_HEALTH_DEFAULT_DELAY if scenario == "slow_health" else 0.0),
             crash_after_ready=_env_float(env, "SIM_CRASH_AFTER_READY", 3.0),
+            generate_seconds=_env_float(env, "SIM_GENERATE_SECONDS", 0.0),
         )
 
     @property
@@ -838,6 +843,7 @@ class ServeState:
     generating: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     in_flight: int = 0
+    running_requests: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
 
@@ -849,6 +855,10 @@ class ServeState:
     def track(self, delta: int) -> None:
         with self.lock:
             self.in_flight += delta
+
+    def track_running(self, delta: int) -> None:
+        with self.lock:
+            self.running_requests += delta
 
 
 class SimApp:
@@ -869,6 +879,8 @@ class SimApp:
             "/get_server_info": ("GET", self.deprecated(self.server_info, "/get_server_info", "/server_info")),
             "/version": ("GET", self.version),
             "/metrics": ("GET", self.metrics),
+            "/get_load": ("GET", self.get_load),
+            "/v1/loads": ("GET", self.loads),
             "/generate": ("POST", self.generate),
             "/v1/completions": ("POST", self.completions),
             "/v1/chat/completions": ("POST", self.chat_completions),
@@ -945,6 +957,19 @@ class SimApp:
     def metrics(self, request: Request) -> Response:
         return Response(200, self.sim.metrics_text().encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
 
+    def get_load(self, request: Request) -> Response:
+        """SGLang's ``/get_load``: one entry per data-parallel rank, running plus waiting in ``num_reqs``."""
+        running = self.state.running_requests
+        load = {"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0, "num_pending_tokens": 0, "ts_tic": time.perf_counter()}
+        return json_response(200, [load])
+
+    def loads(self, request: Request) -> Response:
+        """SGLang's ``/v1/loads`` (newer servers): per-rank loads and an aggregate."""
+        running = self.state.running_requests
+        load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_total_reqs": running, "num_total_tokens": KV_TOKENS}
+        aggregate = {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running}
+        return json_response(200, {"version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate})
+
     def _generation(self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]) -> tuple[str, int, int] | Response:
         if not self.state.generating.is_set():
             return json_response(503, {"object": "error", "message": "The server is not ready to generate.", "code": 503})
@@ -953,8 +978,13 @@ class SimApp:
             return json_response(400, {"object": "error", "message": "Invalid JSON body", "code": 400})
         prompt = payload.get(prompt_field, "")
         text, prompt_tokens, generation_tokens = complete(prompt if isinstance(prompt, str) else json.dumps(prompt), max_tokens(payload))
+        self.state.track_running(+1)
+        try:
+            self.sim.log_batch(prompt_tokens)
+            time.sleep(self.cfg.generate_seconds)
+        finally:
+            self.state.track_running(-1)
         self.state.count_generation(prompt_tokens, generation_tokens)
-        self.sim.log_batch(prompt_tokens)
         return text, prompt_tokens, generation_tokens
 
     def generate(self, request: Request) -> Response:
@@ -1295,7 +1325,7 @@ class Simulator:
         values = {
             "prompt_tokens": ("counter", "Number of prefill tokens processed.", self.state.prompt_tokens),
             "generation_tokens": ("counter", "Number of generation tokens processed.", self.state.generation_tokens),
-            "running": ("gauge", "The number of running requests.", 0),
+            "running": ("gauge", "The number of running requests.", self.state.running_requests),
             "waiting": ("gauge", "The number of waiting requests.", 0),
             "cache_usage": ("gauge", "The token usage of the KV cache.", 0.0),
         }

@@ -452,6 +452,26 @@ def test_ready_then_crash(start_sim: StartSim) -> None:
     assert SIGQUIT in after_ready
 
 
+def test_load_endpoints_count_the_generation_requests_in_flight(start_sim: StartSim) -> None:
+    """/get_load, /v1/loads and /metrics report a slow generation while it runs, and 0 after it."""
+    sim = start_sim(SIM_GENERATE_SECONDS="1.5")
+    sim.wait_for(READY)
+    assert sim.wait_status("/health_generate", 200) == 200
+    worker = threading.Thread(target=sim.request, args=("POST", "/generate", {"text": "hi"}))
+    worker.start()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and json.loads(sim.request("GET", "/get_load")[1])[0]["num_reqs"] == 0:  # type: ignore[index]
+        time.sleep(0.02)
+    busy = {path: sim.request("GET", path) for path in ("/get_load", "/v1/loads", "/metrics")}
+    worker.join(5)
+    idle = json.loads(sim.request("GET", "/get_load")[1])  # type: ignore[index]
+    assert json.loads(busy["/get_load"][1])[0]["num_reqs"] == 1  # type: ignore[index]
+    assert json.loads(busy["/v1/loads"][1])["aggregate"]["total_reqs"] == 1  # type: ignore[index]
+    assert re.search(r"^sglang:num_running_reqs\{[^}]*\} 1\.0$", busy["/metrics"][1].decode(), re.MULTILINE)  # type: ignore[index]
+    assert idle[0]["num_reqs"] == 0
+    assert sim.terminate()[0] == 0
+
+
 def test_invalid_configuration_is_refused(start_sim: StartSim) -> None:
     sim = start_sim(SIM_SCENARIO="explode")
     assert sim.wait_exit() == 2

@@ -161,6 +161,15 @@ def test_stats_keep_their_documented_keys() -> None:
         "unit": UNIT,
         "fatal": 2,
         "unrecognized": 0,
+        # a restart that deployed nothing and was not rolled back
+        "state": None,
+        "config_changed": None,
+        "rollback_verdict": None,
+        "rollback_reason": None,
+        "rollback_elapsed": 0,
+        "rollback_invocation_id": "",
+        "traffic_removed": None,
+        "traffic_restored": None,
     }
     checked = stats(precheck_report())
     assert set(checked) == {"verdict", "reason", "unit", "invocation_id", "active_state", "health_status", "fatal", "unrecognized", "allowlisted", "counts"}

@@ -1,0 +1,186 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Deploying a change with a restart: the checks of the deploy, rollback and traffic variables,
+and how many requests a server still runs, read from its load or metrics endpoint.
+
+Standard library only, no Ansible imports. The role ``sglang_restart`` calls these through the
+filters in ``plugins/filter/deploy.py`` on the controller, before anything on a host is touched.
+"""
+
+from __future__ import annotations
+
+import os.path
+import re
+import typing as t
+import urllib.parse
+
+PREFIX = "sglang_restart_"
+
+# A drop-in file name systemd reads: no directory part, ends in .conf.
+DROPIN_NAME = re.compile(r"^[A-Za-z0-9@_.:+-]+\.conf$")
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+# Variables (without the role prefix) by the kind of value they take.
+TEXT = ("dropin_name", "dropin_content", "dropin_template", "env_file", "env_content", "env_template", "router_url", "worker_url", "load_url")
+BOOLS = ("force_restart", "rollback", "verify_unit")
+POSITIVE_INTS = ("router_timeout", "drain_timeout")
+HOOK_LISTS = ("drain_hooks", "restore_hooks")
+SECRETS = ("router_api_key",)
+URLS = ("router_url", "worker_url", "load_url")
+
+# Prometheus gauges of running and queued requests (SGLang's /metrics).
+METRIC_SAMPLE = re.compile(r"^(sglang:num_running_reqs|sglang:num_queue_reqs)(\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.MULTILINE)
+
+
+def deploy_option_problems(options: t.Mapping[str, t.Any], base_dir: str = ".") -> list[str]:
+    """What is wrong with the deploy, rollback and traffic variables; an empty list when nothing is.
+
+    ``options`` maps variable names without the ``sglang_restart_`` prefix to their values as the
+    role sees them (AWX surveys send text: numbers and booleans may be strings). Relative template
+    and hook paths are looked up under ``base_dir`` (the playbook's directory) on the controller.
+    """
+    problems: list[str] = []
+    for name in TEXT + SECRETS:
+        if name in options and not isinstance(options[name], str):
+            problems.append(f"{PREFIX}{name} must be text, got {_kind(options[name])}" + ("" if name in SECRETS else f" {options[name]!r}"))
+    for name in BOOLS:
+        if name in options and as_bool(options[name]) is None:
+            problems.append(f"{PREFIX}{name} must be true or false, got {options[name]!r}")
+    for name in POSITIVE_INTS:
+        if name in options and (as_int(options[name]) or 0) <= 0:
+            problems.append(f"{PREFIX}{name} must be a whole number of seconds > 0, got {options[name]!r}")
+    if problems:
+        return problems
+    problems += _file_problems(options, base_dir)
+    problems += _url_problems(options)
+    for name in HOOK_LISTS:
+        problems += _hook_problems(name, options.get(name), base_dir)
+    return problems
+
+
+def _file_problems(options: t.Mapping[str, t.Any], base_dir: str) -> list[str]:
+    problems = []
+    name = options.get("dropin_name", "")
+    if not DROPIN_NAME.match(name):
+        problems.append(f"{PREFIX}dropin_name must be a file name ending in .conf (systemd reads nothing else), without a directory, got {name!r}")
+    for kind in ("dropin", "env"):
+        content, template = options.get(f"{kind}_content", ""), options.get(f"{kind}_template", "")
+        if content and template:
+            problems.append(f"{PREFIX}{kind}_content and {PREFIX}{kind}_template are both set: give the new content one way")
+        if template and not os.path.isfile(resolve(template, base_dir)):
+            problems.append(f"{PREFIX}{kind}_template: no such file on the controller: {resolve(template, base_dir)}")
+    env_file = options.get("env_file", "")
+    wants_env = bool(options.get("env_content") or options.get("env_template"))
+    if wants_env and not env_file:
+        problems.append(f"{PREFIX}env_file must name the environment file on the host when {PREFIX}env_content or {PREFIX}env_template is set")
+    if env_file and not wants_env:
+        problems.append(f"{PREFIX}env_file is set but neither {PREFIX}env_content nor {PREFIX}env_template gives its new content")
+    if env_file and (not env_file.startswith("/") or env_file.endswith("/") or "/../" in env_file + "/" or "\n" in env_file):
+        problems.append(f"{PREFIX}env_file must be an absolute path to a file, got {env_file!r}")
+    return problems
+
+
+def _url_problems(options: t.Mapping[str, t.Any]) -> list[str]:
+    problems = []
+    for name in URLS:
+        value = options.get(name, "")
+        if value and (problem := url_problem(value)):
+            problems.append(f"{PREFIX}{name} {problem}")
+    if options.get("router_api_key") and not options.get("router_url"):
+        problems.append(f"{PREFIX}router_api_key is set but {PREFIX}router_url is empty: no router would be told anything")
+    return problems
+
+
+def _hook_problems(name: str, hooks: t.Any, base_dir: str) -> list[str]:
+    if hooks in (None, "", []):
+        return []
+    if isinstance(hooks, str):
+        hooks = split_list(hooks)
+    if not isinstance(hooks, (list, tuple)) or not all(isinstance(hook, str) and hook.strip() for hook in hooks):
+        return [f"{PREFIX}{name} must be a list of task files (or comma-separated text), got {hooks!r}"]
+    return [f"{PREFIX}{name}: no such task file on the controller: {resolve(hook, base_dir)}" for hook in hooks if not os.path.isfile(resolve(hook, base_dir))]
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL with a host (None when it is one)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http:// or https:// URL with a host, got {url!r}"
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return f"has a port that is not a number: {url!r}"
+    if parts.username or parts.password:
+        return "must not carry credentials in the URL (use the API key variable)"
+    return None
+
+
+def resolve(path: str, base_dir: str) -> str:
+    """A controller path as the role uses it: relative paths are under the playbook's directory."""
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(base_dir, path))
+
+
+def split_list(value: t.Any) -> list[t.Any]:
+    """A list as given: a list stays, comma-separated text is split, empty values are []."""
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def as_bool(value: t.Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    return True if text in TRUE_WORDS else False if text in FALSE_WORDS else None
+
+
+def as_int(value: t.Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def running_requests(answer: t.Any) -> int | None:
+    """Requests a server still runs or queues, from the answer of its load or metrics endpoint.
+
+    Understands SGLang's ``/get_load`` (a list with ``num_reqs`` per data-parallel rank, running
+    and waiting), ``/v1/loads`` (``aggregate.total_reqs``) and ``/metrics`` text
+    (``sglang:num_running_reqs`` plus ``sglang:num_queue_reqs``). None when the answer is none of these.
+    """
+    if isinstance(answer, (list, tuple)):
+        counts = [_count(rank.get("num_reqs")) if isinstance(rank, t.Mapping) else None for rank in answer]
+        return None if not counts or None in counts else sum(t.cast("list[int]", counts))
+    if isinstance(answer, t.Mapping):
+        aggregate = answer.get("aggregate")
+        if isinstance(aggregate, t.Mapping):
+            return _count(aggregate.get("total_reqs"))
+        loads = answer.get("loads")
+        if isinstance(loads, (list, tuple)):
+            return running_requests([{"num_reqs": _count(rank.get("num_total_reqs"))} for rank in loads if isinstance(rank, t.Mapping)])
+        return None
+    if isinstance(answer, str):
+        samples = METRIC_SAMPLE.findall(answer)
+        return int(sum(float(value) for _name, _labels, value in samples)) if samples else None
+    return None
+
+
+def _count(value: t.Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
+
+
+def _kind(value: t.Any) -> str:
+    for kind, words in ((bool, "a boolean"), ((int, float), "a number"), (t.Mapping, "a mapping"), ((list, tuple), "a list")):
+        if isinstance(value, kind):
+            return words
+    return type(value).__name__

@@ -1,0 +1,340 @@
+"""Deploying a change with playbooks/restart_sglang.yml, for real: a systemd drop-in (and an
+environment file) written on systemd hosts running the simulator, the unit checked after
+daemon-reload, a failed start rolled back, and the host drained from and put back into a router
+stand-in (tests/harness/router_stub.py) that records every call.
+
+The new configuration switches the simulator's model (SIM_MODEL, visible in /v1/models), so what
+a host serves tells which configuration it runs. Cold starts are a few seconds (FAST).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.fleet import Fleet
+from tests.harness.router_stub import RouterStub
+from tests.integration.conftest import REPO, RunPlaybook
+
+PLAYBOOK = "playbooks/restart_sglang.yml"
+UNIT = "sglang.service"
+DROPIN_DIR = f"/etc/systemd/system/{UNIT}.d"
+DROPIN = f"{DROPIN_DIR}/50-inferops-deploy.conf"
+ENV_FILE = "/etc/sglang/deploy.env"
+FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
+QUICK = {
+    "sglang_restart_soak": 1,
+    "sglang_restart_poll_interval": 1,
+    "sglang_restart_heartbeat": 5,
+    "sglang_restart_budget": 120,
+    "sglang_restart_stall_limit": 60,
+    "sglang_restart_release_timeout": 30,
+    "sglang_restart_router_timeout": 10,
+    "sglang_restart_drain_timeout": 60,
+}
+OLD_MODEL = "/models/DeepSeek-R1"
+NEW_MODEL = "/models/DeepSeek-R1-0528"
+OLD_DROPIN = f"[Service]\nEnvironment=SIM_MODEL={OLD_MODEL}\n"
+NEW_DROPIN = f"[Service]\nEnvironmentFile={ENV_FILE}\n"
+NEW_ENV = f"SIM_MODEL={NEW_MODEL}\n"
+ADMIN_KEY = "router-admin-key-5c1e9a7d3f"
+# the new configuration crashes while loading weights on sim2 only (a template, rendered per host)
+CRASH_ON_SIM2 = (
+    "[Service]\nEnvironment=SIM_MODEL=" + NEW_MODEL + "{% if inventory_hostname == 'sim2' %} SIM_SCENARIO=crash SIM_PHASE=loading_weights{% endif %}\n"
+)
+
+
+def flat(output: str) -> str:
+    """The output with the callback's line wrapping undone (long summary lines are folded)."""
+    return " ".join(output.split())
+
+
+def invocation(fleet: Fleet, host: str) -> str:
+    return fleet.unit_property(host, "InvocationID")
+
+
+def read_file(fleet: Fleet, host: str, path: str) -> str | None:
+    proc = fleet.ssh(host, f"cat {shlex.quote(path)}", check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def served_model(fleet: Fleet, host: str) -> str:
+    code = "import json,urllib.request as u;print(json.load(u.urlopen('http://127.0.0.1:30000/v1/models',timeout=5))['data'][0]['id'])"
+    return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
+
+
+def start_with(fleet: Fleet, hosts: list[str], dropin: str | None = OLD_DROPIN, **scenario: str) -> dict[str, str]:
+    """Start the simulator everywhere on the 'previous' configuration; return the InvocationIDs."""
+    for host in hosts:
+        fleet.set_scenario(host, **FAST, **scenario)
+        if dropin is not None:
+            fleet.ssh(host, f"mkdir -p {DROPIN_DIR} && printf %s {shlex.quote(dropin)} > {DROPIN} && systemctl daemon-reload")
+        fleet.ssh(host, f"systemctl start {UNIT}")
+    return {host: invocation(fleet, host) for host in hosts}
+
+
+def workers(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
+    return {host: f"http://{fleet.address(host)}:30000" for host in hosts}
+
+
+def report(directory: Path, host: str) -> dict[str, object]:
+    data = json.loads((directory / f"{host}.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture
+def hosts(fleet: Fleet) -> Iterator[list[str]]:
+    """All hosts, simulator stopped, scenario and deployed files removed (before and after)."""
+    for host in fleet.hosts:
+        fleet.reset(host)
+    yield fleet.hosts
+    for host in fleet.hosts:
+        fleet.reset(host)
+
+
+@pytest.fixture
+def router(fleet: Fleet) -> Iterator[RouterStub]:
+    """The router stand-in, on 127.0.0.1 of the controller, with every host registered."""
+    with RouterStub(workers=list(workers(fleet, fleet.hosts).values()), admin_key=ADMIN_KEY) as stub:
+        yield stub
+
+
+HOOK = """\
+- name: Record the hook, its host and the outcome
+  ansible.builtin.lineinfile:
+    path: "{{ hook_log }}"
+    line: "{{ sglang_restart_hook_stage }} {{ sglang_restart_hook_host }} {{ sglang_restart_hook_outcome }}"
+    create: true
+    mode: "0644"
+  delegate_to: localhost
+"""
+
+
+def hooks(tmp_path: Path) -> tuple[dict[str, object], Path]:
+    """Drain and restore hooks that write '<stage> <host> <outcome>' lines to a file on the controller."""
+    hook = tmp_path / "hook.yml"
+    hook.write_text(HOOK)
+    log = tmp_path / "hooks.log"
+    return {"sglang_restart_drain_hooks": [str(hook)], "sglang_restart_restore_hooks": str(hook), "hook_log": str(log)}, log
+
+
+def deploy_vars(router: RouterStub, tmp_path: Path, **extra: object) -> dict[str, object]:
+    return {
+        **QUICK,
+        "sglang_restart_router_url": router.url,
+        "sglang_restart_router_api_key": ADMIN_KEY,
+        "sglang_restart_report_dir": str(tmp_path),
+        **extra,
+    }
+
+
+def test_good_configuration_rolls_out_host_by_host(fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A drop-in and an environment file on 3 hosts: each host is taken out of the router, drained
+    (a request in flight on sim1 is waited for), restarted on the new configuration and put back
+    after its pass, one host after the other. Run again, nothing is restarted and the router is
+    left alone. The admin key is never printed."""
+    before = start_with(fleet, hosts, SIM_GENERATE_SECONDS="25")
+    urls = workers(fleet, hosts)
+    # a generation that runs for 25 s on sim1 (longer than the run takes to reach the drain): the drain waits for it
+    request = "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:30000/generate', data=b'{}'), timeout=30)"
+    fleet.ssh(hosts[0], f"systemd-run --unit=inflight --collect python3 -c {shlex.quote(request)}")
+    hook_vars, hook_log = hooks(tmp_path)
+    new = {"sglang_restart_dropin_content": NEW_DROPIN, "sglang_restart_env_file": ENV_FILE, "sglang_restart_env_content": NEW_ENV}
+    extra = deploy_vars(router, tmp_path, **new, **hook_vars)
+    run = run_playbook(PLAYBOOK, "-v", extra_vars=extra)
+    out = flat(run.output)
+    assert run.returncode == 0, run
+    assert ADMIN_KEY not in out
+
+    for host in hosts:
+        assert invocation(fleet, host) != before[host]
+        assert read_file(fleet, host, DROPIN) == NEW_DROPIN
+        assert read_file(fleet, host, f"{DROPIN}.previous") == OLD_DROPIN
+        assert read_file(fleet, host, ENV_FILE) == NEW_ENV
+        assert served_model(fleet, host) == NEW_MODEL
+        assert f"{host} {UNIT}: PASS (ready)" in out
+        data = report(tmp_path, host)
+        assert data["state"] == "new_configuration"
+        assert data["traffic"]["removed"] and data["traffic"]["restored"]  # type: ignore[index]
+    # one host after the other: removed, then added back, before the next host is touched
+    assert router.changes() == [(verb, urls[host]) for host in hosts for verb in ("remove", "add")]
+    assert all(call.authorized for call in router.calls)
+    hook_lines = [f"{stage} {host} {outcome}" for host in hosts for stage, outcome in (("drain", "draining"), ("restore", "new_configuration"))]
+    assert hook_log.read_text().splitlines() == hook_lines
+    assert sorted(urls.values()) == router.registered()
+    # restarted in order (the monotonic clock is shared by the hosts)
+    started = [int(fleet.unit_property(host, "ActiveEnterTimestampMonotonic")) for host in hosts]
+    assert started == sorted(started)
+    # the drain waited for the request in flight on sim1
+    drain = report(tmp_path, hosts[0])["traffic"]["drain"]  # type: ignore[index]
+    assert drain["running_at_stop"] == 0 and float(drain["seconds"]) >= 1, drain
+    assert "fleet: 3 host(s) in the play, 3 reached, 0 not touched" in out
+    assert f"new configuration: {' '.join(hosts)}" in out
+
+    # the same change again: already in place, nothing restarted, no router call, no hook
+    now = invocation(fleet, hosts[0])
+    calls = len(router.calls)
+    again = run_playbook(PLAYBOOK, extra_vars=extra, limit=hosts[0])
+    assert again.returncode == 0, again
+    assert invocation(fleet, hosts[0]) == now
+    assert len(router.calls) == calls
+    assert len(hook_log.read_text().splitlines()) == 2 * len(hosts)
+    assert f"already on the new configuration (nothing restarted): {hosts[0]}" in flat(again.output)
+
+
+def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
+    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """The new configuration crashes while loading weights on sim2: sim1 runs it, sim2 is rolled
+    back to its previous drop-in and serves again, sim3 is untouched; the router saw sim2 removed
+    and added back only after the rollback start passed; the run fails with both outcomes."""
+    first, second, third = hosts[:3]
+    before = start_with(fleet, hosts)
+    urls = workers(fleet, hosts)
+    template = tmp_path / "deploy.conf.j2"
+    template.write_text(CRASH_ON_SIM2)
+    hook_vars, hook_log = hooks(tmp_path)
+    run = run_playbook(PLAYBOOK, extra_vars=deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_template=str(template), **hook_vars))
+    out = flat(run.output)
+    assert run.returncode != 0, run
+
+    # sim1: the new configuration
+    assert invocation(fleet, first) != before[first]
+    assert served_model(fleet, first) == NEW_MODEL
+    # sim2: rolled back, serving the previous configuration from a third invocation
+    assert read_file(fleet, second, DROPIN) == OLD_DROPIN
+    assert fleet.health(second) == "200"
+    assert served_model(fleet, second) == OLD_MODEL
+    data = report(tmp_path / "reports", second)
+    rollback = data["rollback"]
+    assert isinstance(rollback, dict)
+    # the crash ends in a fatal line, then systemd restarts the unit: which the wait sees first depends on timing
+    assert data["verdict"] == "fail" and data["reason"] in ("fatal_log", "restarted") and data["fatal"], data
+    assert data["state"] == "rolled_back" and rollback["verdict"] == "pass"
+    failed_invocation = data["invocation_id"]
+    assert invocation(fleet, second) == rollback["invocation_id"]
+    assert rollback["invocation_id"] not in (before[second], failed_invocation)
+    assert f"{second} {UNIT}: FAIL ({data['reason']}): rolled back, serving the previous configuration again (rollback start passed in 0m" in out
+    assert "CUDA out of memory" in out
+    # sim3: never touched
+    assert invocation(fleet, third) == before[third]
+    assert read_file(fleet, third, DROPIN) == OLD_DROPIN
+    assert not (tmp_path / "reports" / f"{third}.json").exists()
+
+    # the router: sim1 out and back, sim2 out and back (after its rollback start passed), sim3 never
+    assert router.changes() == [("remove", urls[first]), ("add", urls[first]), ("remove", urls[second]), ("add", urls[second])]
+    expected_hooks = ["drain sim1 draining", "restore sim1 new_configuration", "drain sim2 draining", "restore sim2 rolled_back"]
+    assert hook_log.read_text().splitlines() == expected_hooks
+    added_back = next(call.at for call in reversed(router.calls) if call.verb == "add")
+    rollback_started = int(fleet.ssh(second, f'date -d "$(systemctl show -p ActiveEnterTimestamp --value {UNIT})" +%s').stdout)
+    assert added_back >= rollback_started + float(rollback["elapsed"]) - 2
+
+    # both outcomes in the JUnit report, and the end of the play says where every host stands
+    suites = ET.parse(tmp_path / "reports" / f"{second}.junit.xml").getroot()
+    cases = {case.get("name"): case for case in suites.iter("testcase")}
+    assert cases[f"restart {UNIT}"].find("failure") is not None and cases[f"rollback {UNIT}"].find("failure") is None
+    assert "fleet: 3 host(s) in the play, 2 reached, 1 not touched" in out
+    assert f"new configuration: {first}" in out
+    assert f"ROLLED BACK (serving the previous configuration): {second}" in out
+    assert f"not touched: {third}" in out
+
+
+def test_a_rollback_start_that_fails_too_is_reported_and_stays_out_of_rotation(fleet: Fleet, hosts: list[str], router: RouterStub, tmp_path: Path) -> None:
+    """Both the new configuration and the previous one fail to start (the host itself is broken):
+    the report says so plainly, the host fails, and the router never gets it back. Run through
+    ansible-runner, the way AWX and pipelines run it: the set_stats artifacts carry both outcomes."""
+    import ansible_runner
+
+    host = hosts[0]
+    start_with(fleet, [host])
+    fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_PHASE="starting", SIM_FAILURE="nccl")  # applies at the next start
+    optional_env = NEW_DROPIN.replace(ENV_FILE, "-" + ENV_FILE)
+    (tmp_path / "runner").mkdir()
+    env = fleet.ansible_env()
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    runner = ansible_runner.run(
+        private_data_dir=str(tmp_path / "runner"),
+        project_dir=str(REPO),
+        playbook=str(REPO / PLAYBOOK),
+        inventory=str(fleet.inventory),
+        limit=host,
+        extravars=deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=optional_env),
+        envvars=env,
+        quiet=True,
+        timeout=300,
+    )
+    out = flat(runner.stdout.read())
+    assert runner.rc != 0, out[-3000:]
+    # the crash ends in a fatal line, then systemd restarts the unit: which the wait sees first depends on timing
+    lost = "(fatal_log|restarted)"
+    assert re.search(rf"{host} {UNIT}: FAIL \({lost}\): rolled back, but the rollback start FAILED too \({lost} after 0m", out), out[-3000:]
+    assert "the host serves nothing and stays out of rotation" in out
+    assert ADMIN_KEY not in out
+    data = report(tmp_path / "reports", host)
+    assert data["state"] == "rollback_failed"
+    assert data["rollback"]["verdict"] == "fail" and data["rollback"]["fatal"]  # type: ignore[index]
+    assert data["fatal"], "the failed new start keeps its evidence"
+    assert "NCCL error" in out
+    assert read_file(fleet, host, DROPIN) == OLD_DROPIN
+    assert router.changes() == [("remove", workers(fleet, [host])[host])]
+    assert "DOWN (rollback failed): " + host in out
+    stats = [e for e in runner.events if e.get("event") == "playbook_on_stats"]
+    artifacts = stats[-1]["event_data"]["artifact_data"]["sglang_restart"][host]
+    assert (artifacts["verdict"], artifacts["reason"], artifacts["state"]) == ("fail", data["reason"], "rollback_failed")
+    assert artifacts["rollback_verdict"] == "fail" and artifacts["rollback_invocation_id"] == data["rollback"]["invocation_id"]  # type: ignore[index]
+    assert artifacts["traffic_removed"] is True and artifacts["traffic_restored"] is False
+
+
+def test_check_diff_shows_the_change_and_touches_nothing(fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """--check --diff with a new drop-in: the diff of the drop-in is shown, the file is not written,
+    nothing is restarted and the router is not called."""
+    host = hosts[0]
+    before = start_with(fleet, [host])
+    run = run_playbook(PLAYBOOK, "--check", "--diff", extra_vars=deploy_vars(router, tmp_path, sglang_restart_dropin_content=NEW_DROPIN), limit=host)
+    out = flat(run.output)
+    assert run.returncode == 0, run
+    assert f"-Environment=SIM_MODEL={OLD_MODEL}" in out and f"+EnvironmentFile={ENV_FILE}" in out
+    assert f"Change: drop-in {DROPIN} would be written" in out
+    assert "A real run would stop it" in out
+    assert invocation(fleet, host) == before[host]
+    assert read_file(fleet, host, DROPIN) == OLD_DROPIN
+    assert router.calls == []
+
+
+def test_a_drop_in_that_breaks_the_unit_is_caught_before_the_stop(
+    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """A second ExecStart= without clearing the first: the unit no longer loads after daemon-reload.
+    Caught before the stop, the previous drop-in is put back, nothing restarted, no router call.
+    And a typo in a deploy variable is refused before anything is written."""
+    host = hosts[0]
+    before = start_with(fleet, [host])
+    bad = "[Service]\nExecStart=/usr/bin/python3 -u /opt/sglang-sim/sglang_sim.py --mem-fraction-static 0.95\n"
+    run = run_playbook(PLAYBOOK, extra_vars=deploy_vars(router, tmp_path, sglang_restart_dropin_content=bad), limit=host)
+    out = flat(run.output)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: FAIL (unit_invalid): the previous configuration was put back, nothing was restarted" in out
+    assert "LoadState=bad-setting" in out
+    assert "more than one ExecStart= setting" in out
+    assert invocation(fleet, host) == before[host]
+    assert read_file(fleet, host, DROPIN) == OLD_DROPIN
+    assert fleet.unit_property(host, "LoadState") == "loaded"
+    assert router.calls == []
+
+    mistakes = {"sglang_restart_dropin_name": "deploy.txt", "sglang_restart_router_url": "router:30000"}
+    typo = deploy_vars(router, tmp_path, sglang_restart_dropin_content=NEW_DROPIN, **mistakes)
+    run = run_playbook(PLAYBOOK, extra_vars=typo, limit=host)
+    assert run.returncode != 0, run
+    assert "sglang_restart_dropin_name must be a file name ending in .conf" in flat(run.output)
+    assert "sglang_restart_router_url must be an http:// or https:// URL with a host, got ''router:30000''" in flat(run.output)
+    assert "FAIL (invalid_options)" in flat(run.output)
+    assert invocation(fleet, host) == before[host]
+    assert read_file(fleet, host, DROPIN) == OLD_DROPIN
+    assert router.calls == []
