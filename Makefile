@@ -53,8 +53,9 @@ integration-dev: setup
 molecule: setup
 	$(BIN)/molecule test --all
 
+# this collection side by side with the usual playbook and the probe style (~40 min; docs/benchmarks.md)
 bench: setup
-	$(PYTHON) bench/classify_bench.py
+	$(PYTHON) bench/side_by_side.py
 
 demo: setup
 	$(PYTHON) -m tests.harness.demo

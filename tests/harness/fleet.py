@@ -70,6 +70,10 @@ SIM_UNITS = (SIM_UNIT, "vllm.service")
 DEPLOY_DIR = "/etc/sglang"  # where tests deploy environment files
 TEMPLATE_VERSION = "1"  # bump when the template customisation changes
 READY_STATES = ("running", "degraded")
+# inotify instances one booted host takes (its systemd, logind, dbus, a user manager per login),
+# with room to spare; all containers count against the same root user's limit
+INOTIFY_PER_HOST = 12
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
 
 
 def log(msg: str) -> None:
@@ -121,6 +125,27 @@ def missing_prerequisites() -> list[str]:
     if not Path("/sys/fs/cgroup/unified").is_dir() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
         problems.append("no cgroup2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup")
     return problems
+
+
+def inotify_instances_in_use() -> int:
+    """inotify instances open on this machine now (they are all root's: the hosts share the limit)."""
+    count = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            count += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+    return count
+
+
+def ensure_inotify_instances(hosts: int) -> None:
+    """Raise fs.inotify.max_user_instances when it cannot hold ``hosts`` more systemd hosts: the
+    default (128) stops at about a dozen, and a host over it boots without its watches and never
+    becomes ready. Only ever raised, never lowered."""
+    with contextlib.suppress(OSError, ValueError):
+        limit = int(INOTIFY_LIMIT.read_text())
+        needed = inotify_instances_in_use() + INOTIFY_PER_HOST * hosts
+        if needed > limit:
+            log(f"raising fs.inotify.max_user_instances from {limit} to {needed} for {hosts} hosts")
+            INOTIFY_LIMIT.write_text(str(needed))
 
 
 @contextlib.contextmanager
@@ -373,6 +398,7 @@ class Fleet:
         self._hosts = {f"sim{i}": Host(f"sim{i}", i, self) for i in range(1, n + 1)}
         self._save_state()
         self._write_inventory()
+        ensure_inotify_instances(n)
         booted = time.monotonic()
         for host in self._hosts.values():
             self._start(host)

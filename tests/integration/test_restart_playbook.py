@@ -6,7 +6,9 @@ simulator's cold start is shortened (SIM_SPEED, SIM_WARMUP_SECONDS) and the role
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from tests.integration.conftest import REPO, RunPlaybook
 from tests.integration.test_wait_ready import journal_time
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
+FREE_PLAYBOOK = Path(__file__).parent / "playbooks" / "restart_free.yml"
 UNIT = "sglang.service"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
 # the role's timings for a cold start of a few seconds
@@ -262,3 +265,31 @@ def test_a_crash_fails_the_host_soon_after_its_fatal_line(
     delay = ended - journal_time(fleet, host, report["invocation_id"], "Scheduler hit an exception")
     record(f"\nrestart role, crash in {phase} ({failure}): the host failed {delay:.2f} s after the fatal line reached the journal (reports written)")
     assert delay < 10, delay
+
+
+def test_free_strategy_with_fewer_forks_than_hosts(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """The role on three hosts at once under strategy: free with --forks 2: at most two waits run
+    at a time and the third queues for a fork (its server has long been up when its wait starts), none
+    is lost, and each host gets its own right verdict (the crash is caught even if the wait began after it)."""
+    assert len(hosts) >= 3, "needs 3 hosts"
+    chosen = hosts[:3]
+    before = start_all(fleet, chosen)
+    fleet.set_scenario(chosen[1], **FAST, SIM_SCENARIO="crash", SIM_PHASE="capturing_cuda_graphs", SIM_FAILURE="cuda_oom")
+
+    run = run_playbook(FREE_PLAYBOOK, "--forks", "2", extra_vars={**QUICK, "sglang_restart_report_dir": str(tmp_path)}, limit=",".join(chosen))
+    assert run.returncode != 0, run
+
+    reports = {host: json.loads((tmp_path / f"{host}.json").read_text()) for host in chosen}
+    assert [reports[host]["verdict"] for host in chosen] == ["pass", "fail", "pass"], {h: r["msg"] for h, r in reports.items()}
+    assert reports[chosen[1]]["reason"] in ("fatal_log", "unit_failed", "restarted"), reports[chosen[1]]["msg"]
+    for host in chosen:
+        assert reports[host]["previous_invocation_id"] == before[host]
+        assert reports[host]["invocation_id"] not in ("", before[host])
+
+    # each wait prints progress lines from its first probe to its verdict: never more than two open at once
+    waits = [line.split(":", 1)[0] for line in run.stdout.splitlines() if re.match(r"sim\d+: sglang\.service ", line)]
+    assert set(waits) == set(chosen), waits
+    spans = {host: (waits.index(host), len(waits) - 1 - waits[::-1].index(host)) for host in chosen}
+    most = max(sum(1 for first, last in spans.values() if first <= index <= last) for index in range(len(waits)))
+    assert most <= 2, spans
+    record(f"\nstrategy free, --forks 2, 3 hosts: waits shown in order {[host for host, _lines in itertools.groupby(waits)]}, at most {most} at once")
