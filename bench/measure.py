@@ -321,3 +321,33 @@ class CpuSeries:
 
     def between(self, name: str, start: float, end: float) -> float:
         return self.at(name, end) - self.at(name, start)
+
+
+class LoadWatch:
+    """The machine's 1-minute load average, read every few seconds while in use: how busy the
+    (shared) machine was while the figures were taken."""
+
+    def __init__(self, interval: float = 15) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="load-watch", daemon=True)
+
+    def __enter__(self) -> LoadWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                self.samples.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            if self._stop.wait(self.interval):
+                return
+
+    def text(self) -> str:
+        spread = Spread.of(self.samples)
+        return "unknown" if spread is None else f"{spread.median:.1f} (median; {spread.low:.1f}-{spread.high:.1f})"

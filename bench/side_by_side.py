@@ -44,6 +44,7 @@ from measure import (  # noqa: E402
     FATAL_MARK,
     READY_MARK,
     CpuSeries,
+    LoadWatch,
     MemorySampler,
     RunCgroup,
     Spread,
@@ -419,6 +420,7 @@ ROW_TARGET = "Target CPU while waiting, beyond the server's own (s per minute)"
 ROW_MEM = "Controller memory, {n} concurrent waits: peak RSS summed over processes (MiB)"
 ROW_PSS = "Controller memory, {n} concurrent waits: peak PSS (MiB)"
 ROW_MEMORY_DETAIL = "Controller memory detail"
+ROW_JOURNAL_DETAIL = "Journal memory detail"
 ROW_RATE = "Journal of {n:,} entries: entries per second"
 ROW_JMEM = "Journal of {n:,} entries: peak memory on the target (MiB)"
 TIMED = {"crash loading_weights": ROW_CRASH, "crash capturing_cuda_graphs": ROW_CRASH, "hang loading_weights": ROW_HANG, "hang capturing_cuda_graphs": ROW_HANG}
@@ -587,10 +589,12 @@ def measure_journal(bench: Bench, host: str, figures: Figures) -> None:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(written - 1))
         for repeat in range(settings.repeats):
             for tool, reader in rotate_pairs((("ours", "scan"), ("usual", "grep")), repeat):
-                seconds, peak_mib, lines = read_journal(bench, host, reader, since)
+                seconds, peaks, lines = read_journal(bench, host, reader, since)
                 figures.add(ROW_RATE.format(n=entries), tool, entries / seconds)
-                figures.add(ROW_JMEM.format(n=entries), tool, peak_mib)
-                progress(f"repeat {repeat + 1}/{settings.repeats} journal {reader}: {seconds:.1f} s, {peak_mib:.0f} MiB, {lines} lines")
+                figures.add(ROW_JMEM.format(n=entries), tool, peaks.get("*", 0.0))
+                detail = ", ".join(f"{group} {mib:.0f} MiB" for group, mib in sorted(peaks.items()) if group != "*")
+                figures.note(ROW_JOURNAL_DETAIL, tool, detail)
+                progress(f"repeat {repeat + 1}/{settings.repeats} journal {reader}: {seconds:.1f} s, {lines} lines, {detail}")
     figures.note(ROW_RATE.format(n=entries), "probe", "reads no journal")
     figures.note(ROW_JMEM.format(n=entries), "probe", "reads no journal")
 
@@ -600,8 +604,9 @@ def rotate_pairs(pairs: Sequence[tuple[str, str]], shift: int) -> list[tuple[str
     return [*pairs[shift:], *pairs[:shift]]
 
 
-def read_journal(bench: Bench, host: str, reader: str, since: str) -> tuple[float, float, int]:
-    """One run of bench/journal_read.yml: the task's seconds, its processes' peak memory summed, lines read."""
+def read_journal(bench: Bench, host: str, reader: str, since: str) -> tuple[float, dict[str, float], int]:
+    """One run of bench/journal_read.yml: the task's seconds, its processes' peak memory (MiB; "*" is
+    the sum over the task's processes alive at once, the others per kind of process), lines read."""
     bench.count += 1
     timeline = bench.workdir / f"{bench.count:03d}-journal-{reader}.jsonl"
     result_file = bench.workdir / f"{bench.count:03d}-journal-{reader}.json"
@@ -617,8 +622,8 @@ def read_journal(bench: Bench, host: str, reader: str, since: str) -> tuple[floa
     task = "Classify the journal" if reader == "scan" else "Look for errors"
     begun = next(float(e["time"]) for e in events if task in str(e.get("task_start", "")))
     ended = next(float(e["time"]) for e in events if task in str(e.get("task", "")))
-    peak = memory.hwm_sum_kib.get("*", 0) / MIB
-    return ended - begun, peak, int(json.loads(result_file.read_text())["lines"])
+    peaks = {group: kib / MIB for group, kib in memory.hwm_sum_kib.items()}
+    return ended - begun, peaks, int(json.loads(result_file.read_text())["lines"])
 
 
 def target_group(command: str) -> str | None:
@@ -715,9 +720,13 @@ def machine() -> str:
 
 def memory_detail(figures: Figures, settings: Settings) -> str:
     """The controller memory of the largest cost runs, per tool and run: what docs/scaling.md sizes from."""
-    lines = [f"Controller memory with {max(settings.sizes)} host(s) at once (peaks over each run; RSS counts pages shared after fork in every process):", ""]
+    lines = [f"Controller memory with {max(settings.sizes)} host(s) at once (the first run of each; RSS counts pages shared after fork in every process):", ""]
     for tool in TOOLS:
-        for text in figures.notes.get(ROW_MEMORY_DETAIL, {}).get(tool, []):
+        for text in figures.notes.get(ROW_MEMORY_DETAIL, {}).get(tool, [])[:1]:
+            lines.append(f"- {TITLES[tool]}: {text}")
+    lines += ["", "Peak memory on the target while reading the journal, by process (the first run; journalctl's includes the journal files it maps):", ""]
+    for tool in TOOLS:
+        for text in figures.notes.get(ROW_JOURNAL_DETAIL, {}).get(tool, [])[:1]:
             lines.append(f"- {TITLES[tool]}: {text}")
     return "\n".join(lines)
 
@@ -726,7 +735,7 @@ def results_section(figures: Figures, settings: Settings, command: str, classify
     return "\n".join(
         [
             MARK_BEGIN,
-            f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; load average at the start {load}.",
+            f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; load average during the run {load}.",
             f"Command: `{command}` ({took / 60:.0f} min).",
             f"Settings: {settings.describe()}.",
             "",
@@ -818,12 +827,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("MAKELEVEL"):
         command = f"make bench ({command})"
     started = time.monotonic()
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     scenarios = settings.scenario_list()
     figures = Figures()
     workdir = Path(tempfile.mkdtemp(prefix="inferops-bench-"))
+    load = LoadWatch()
     try:
-        with fleet_for(max(len(scenarios), *settings.sizes), args.reuse_fleet) as fleet:
+        with load, fleet_for(max(len(scenarios), *settings.sizes), args.reuse_fleet) as fleet:
             bench = Bench(fleet, settings, workdir)
             try:
                 runs = measure_verdicts(bench, fleet.hosts[: len(scenarios)], figures)
@@ -842,7 +851,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"the runs' logs are in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    section = results_section(figures, settings, command, classify_text, time.monotonic() - started, load)
+    section = results_section(figures, settings, command, classify_text, time.monotonic() - started, load.text())
     print(section.replace(MARK_BEGIN + "\n", "").replace("\n" + MARK_END, ""))
     write_results(args.output, section)
     progress(f"results written to {args.output}")
