@@ -78,6 +78,7 @@ class Transport:
             "extra_rules": args["extra_rules"],
             "disabled_rules": args["disabled_rules"],
             "strict": args["strict"],
+            "redact": args["redact"],
             "watch": probe.watch,
             "tail_lines": TAIL_LINES,
             "validate_certs": args["validate_certs"],

@@ -42,6 +42,15 @@ options:
     type: list
     elements: str
     default: []
+  redact:
+    description:
+      - Secrets (an API key) taken out of everything the result holds, on the target before it is
+        returned - events, their keys, evidence, tracebacks and journal lines - each replaced by C([redacted]),
+        also where a long line was cut inside one or where the event key masks digits.
+      - Never logged (C(no_log)).
+    type: list
+    elements: str
+    default: []
   strict:
     description:
       - Fail on lines that look like problems but that no rule recognises, instead of only reporting

@@ -40,6 +40,7 @@ CLASSIFIER_OPTIONS: Spec = {
     "extra_rules": {"type": "list", "elements": "dict", "default": []},
     "disabled_rules": {"type": "list", "elements": "str", "default": []},
     "strict": {"type": "bool", "default": False},
+    "redact": {"type": "list", "elements": "str", "default": [], "no_log": True},
 }
 
 HEALTH_OPTIONS: Spec = {

@@ -344,7 +344,7 @@ class JournalSlice:
         for record in reader:
             self.scanner.feed_records((record,))
             if self._keep_tail:
-                self.tail.append(message_text(record))
+                self.tail.append(self.scanner.redact(message_text(record)))
         self.records += reader.count
         self.cursor = reader.cursor or self.cursor
         return reader.count

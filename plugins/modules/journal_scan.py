@@ -212,7 +212,7 @@ def main() -> None:
         module.fail_json(msg=f"invocation must be current, all or an invocation id (32 hexadecimal digits), got {invocation!r}")
     journalctl = module.get_bin_path("journalctl", required=True)
 
-    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"])
+    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"], secrets=params["redact"])
     invocation_id: str | None = None
     try:
         if invocation == "current":

@@ -265,7 +265,7 @@ class Watch:
             fatal, opened = scanner.counts.get("fatal", 0), scanner.open_traceback
             scanner.feed_records((record,))
             if self.tail_lines > 0:
-                self.tail.append(message_text(record))
+                self.tail.append(self.scanner.redact(message_text(record)))
             if (scanner.counts.get("fatal", 0) != fatal or scanner.open_traceback != opened) and len(self.fatal_times) < MAX_FATAL_TIMES:
                 self.note_time(record)
 
@@ -337,7 +337,7 @@ def main() -> None:
     if params["watch"] < 0 or params["health_timeout"] <= 0:
         module.fail_json(msg="watch must be >= 0 and health_timeout > 0")
     journalctl = module.get_bin_path("journalctl", required=True)
-    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"])
+    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"], secrets=params["redact"])
     follower = None
     try:
         watch = Watch(module, unit, scanner, params["tail_lines"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -293,3 +294,68 @@ def test_free_strategy_with_fewer_forks_than_hosts(fleet: Fleet, hosts: list[str
     most = max(sum(1 for first, last in spans.values() if first <= index <= last) for index in range(len(waits)))
     assert most <= 2, spans
     record(f"\nstrategy free, --forks 2, 3 hosts: waits shown in order {[host for host, _lines in itertools.groupby(waits)]}, at most {most} at once")
+
+
+VAULTED_KEY = "sk-vault-k3y-Qz8wXhm2Pf7rTbLc"
+
+
+def key_pieces(key: str) -> list[str]:
+    """The key, and each run of it between digits long enough to be its own (the event key masks digits)."""
+    return [key, *(piece for piece in re.split(r"\d+", key) if len(piece) >= 6)]
+
+
+def leaks(text: str, key: str) -> list[str]:
+    return [piece for piece in key_pieces(key) if piece in text]
+
+
+def test_an_api_key_the_server_prints_in_its_fatal_line_leaves_no_trace(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """The key passed the recommended way (an ansible-vault file), printed by the server in its
+    arguments and in the fatal line of its crash: at -vvvv through ansible-playbook and through
+    ansible-runner, it appears in no output, event, artifact or report; the fatal line is reported
+    with the key as [redacted]."""
+    import ansible_runner
+
+    host = hosts[0]
+    start_all(fleet, [host])
+    fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_FAILURE="scheduler_exception", SIM_API_KEY=VAULTED_KEY, SIM_LEAK_API_KEY="1")
+    env = fleet.ansible_env()
+    password, secrets = tmp_path / "vault-password", tmp_path / "secrets.yml"
+    password.write_text("inferops-test-vault-password\n")
+    secrets.write_text(f"sglang_restart_api_key: {VAULTED_KEY}\n")
+    subprocess.run(["ansible-vault", "encrypt", "--vault-password-file", str(password), str(secrets)], env=env, check=True, capture_output=True)
+    assert VAULTED_KEY not in secrets.read_text()
+    vault = ["--vault-password-file", str(password), "-e", f"@{secrets}"]
+    extra = {**QUICK, "sglang_restart_smoke_test": True}
+
+    reports = tmp_path / "reports"
+    run = run_playbook(PLAYBOOK, "-vvvv", *vault, extra_vars={**extra, "sglang_restart_report_dir": str(reports)}, limit=host)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: FAIL (fatal_log)" in run.output
+    assert leaks(run.output, VAULTED_KEY) == []
+    # the server did print it: the fatal line is in the report, with the key taken out on the target
+    report = json.loads((reports / f"{host}.json").read_text())
+    assert "[redacted]" in json.dumps(report["fatal"]), report["fatal"]
+
+    start_all(fleet, [host])
+    fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_FAILURE="scheduler_exception", SIM_API_KEY=VAULTED_KEY, SIM_LEAK_API_KEY="1")
+    (tmp_path / "runner").mkdir()
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    runner = ansible_runner.run(
+        private_data_dir=str(tmp_path / "runner"),
+        project_dir=str(REPO),
+        playbook=str(REPO / PLAYBOOK),
+        inventory=str(fleet.inventory),
+        limit=host,
+        cmdline=" ".join(vault),
+        extravars={**extra, "sglang_restart_report_dir": str(tmp_path / "runner-reports")},
+        envvars=env,
+        verbosity=4,
+        quiet=True,
+        timeout=300,
+    )
+    assert runner.rc != 0 and runner.status == "failed", runner.stdout.read()[-4000:]
+    assert leaks(json.dumps(list(runner.events)), VAULTED_KEY) == []
+    written = [path for path in tmp_path.rglob("*") if path.is_file() and path not in (password, secrets)]
+    assert any(path.name == f"{host}.json" for path in written) and any("artifacts" in path.parts for path in written)
+    found = {str(path): leaks(path.read_text(errors="replace"), VAULTED_KEY) for path in written}
+    assert {path: pieces for path, pieces in found.items() if pieces} == {}

@@ -21,6 +21,8 @@ Environment (the unit reads ``/etc/sglang-sim/scenario.env``):
 ``SIM_HOST``, ``SIM_PORT`` listen address, default 127.0.0.1 and 30000
 ``SIM_API_KEY``            unset by default; when set, requests need ``Authorization: Bearer <key>``:
                            SGLang protects every path but /health* and /metrics, vLLM every /v1/* path
+``SIM_LEAK_API_KEY``       1: the server prints its API key, in its arguments and in the last line of a
+                           crash's traceback (as a server that echoes its configuration on failure)
 ``SIM_MODEL``              model path, default /models/DeepSeek-R1
 ``SIM_SPEED``              multiplier of the default timeline (20 s in all), default 1.0
 ``SIM_START_SECONDS``, ``SIM_LOAD_SECONDS``, ``SIM_KV_SECONDS``, ``SIM_CAPTURE_SECONDS``,
@@ -238,6 +240,7 @@ class Config:
     peer_timeout: float = 1.5
     peer_loss: str = "exit"
     generate_seconds: float = 0.0
+    leak_api_key: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -274,6 +277,7 @@ class Config:
             health_delay=_env_float(env, "SIM_HEALTH_DELAY", SLOW_HEALTH_DEFAULT_DELAY if scenario == "slow_health" else 0.0),
             crash_after_ready=_env_float(env, "SIM_CRASH_AFTER_READY", 3.0),
             generate_seconds=_env_float(env, "SIM_GENERATE_SECONDS", 0.0),
+            leak_api_key=env.get("SIM_LEAK_API_KEY", "").strip() == "1",
         )
 
     @property
@@ -1401,7 +1405,7 @@ class SglangSimulator(Simulator):
             ("show_time_cost", False),
             ("enable_metrics", True),
             ("decode_log_interval", 40),
-            ("api_key", "<redacted>" if cfg.api_key else None),
+            ("api_key", (cfg.api_key if cfg.leak_api_key else "<redacted>") if cfg.api_key else None),
             ("file_storage_path", "sglang_storage"),
             ("enable_cache_report", False),
             ("reasoning_parser", None),
@@ -1553,7 +1557,10 @@ class SglangSimulator(Simulator):
     def crash(self, phase: str, failure: str) -> NoReturn:
         rank = self.failing_rank
         self.rank_line(rank, "Scheduler hit an exception: Traceback (most recent call last):")
-        for line in sglang_traceback(phase, failure, rank, self.pid):
+        lines = sglang_traceback(phase, failure, rank, self.pid)
+        if self.cfg.leak_api_key and self.cfg.api_key:
+            lines[-1] += f" (server_args.api_key={self.cfg.api_key!r})"
+        for line in lines:
             self.console.line(line)
         self.console.line("")
         self.main_line(SIGQUIT_LINE)
