@@ -16,12 +16,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.harness.fleet import Fleet, missing_prerequisites
 
 DEFAULT_HOSTS = 4
+# the restart role's timings for the simulator's cold start of a few seconds
+QUICK = {
+    "sglang_restart_soak": 2,
+    "sglang_restart_poll_interval": 1,
+    "sglang_restart_heartbeat": 5,
+    "sglang_restart_budget": 120,
+    "sglang_restart_stall_limit": 60,
+    "sglang_restart_release_timeout": 30,
+}
 
 
 @pytest.fixture(scope="session")
@@ -43,11 +53,22 @@ def fleet() -> Iterator[Fleet]:
 
 
 @pytest.fixture
-def sim_host(fleet: Fleet) -> Iterator[str]:
-    host = fleet.hosts[0]
-    fleet.reset(host)
-    yield host
-    fleet.reset(host)
+def host(fleet: Fleet) -> Iterator[str]:
+    """The first host: simulator stopped, failed state, scenario and deployed configuration cleared (before and after)."""
+    name = fleet.hosts[0]
+    fleet.reset(name)
+    yield name
+    fleet.reset(name)
+
+
+@pytest.fixture
+def hosts(fleet: Fleet) -> Iterator[list[str]]:
+    """Every host, cleared as ``host`` is."""
+    for name in fleet.hosts:
+        fleet.reset(name)
+    yield fleet.hosts
+    for name in fleet.hosts:
+        fleet.reset(name)
 
 
 @pytest.fixture(scope="session")
@@ -101,5 +122,24 @@ def run_playbook(fleet: Fleet, ansible_bin: Path) -> RunPlaybook:
         started = time.monotonic()
         process = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         return PlaybookRun(process, time.monotonic() - started)
+
+    return run
+
+
+RunRunner = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def run_runner(fleet: Fleet) -> RunRunner:
+    """``run_runner(playbook, private_data_dir, limit=..., extravars={...}, **options)``: the same run
+    through ansible_runner.run(), the way a pipeline or AWX starts it; returns the Runner."""
+    import ansible_runner
+
+    def run(playbook: str | Path, private_data_dir: Path, **options: Any) -> Any:
+        private_data_dir.mkdir(parents=True, exist_ok=True)
+        env = fleet.ansible_env()
+        env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+        options = {"inventory": str(fleet.inventory), "quiet": True, "timeout": 300, **options}
+        return ansible_runner.run(private_data_dir=str(private_data_dir), project_dir=str(REPO), playbook=str(REPO / playbook), envvars=env, **options)
 
     return run

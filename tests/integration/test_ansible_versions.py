@@ -8,38 +8,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.harness.fleet import Fleet
 from tests.harness.versions import REQUIREMENTS_FILE, pinned
-from tests.integration.conftest import RunPlaybook
+from tests.integration.conftest import QUICK, RunPlaybook
 
 UNIT = "sglang.service"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1"}
-QUICK = {
-    "sglang_restart_soak": 2,
-    "sglang_restart_poll_interval": 1,
-    "sglang_restart_heartbeat": 5,
-    "sglang_restart_budget": 120,
-    "sglang_restart_stall_limit": 60,
-    "sglang_restart_release_timeout": 30,
-}
 
 
 def expected_release() -> str:
     """The release under test: the versions harness says which; by default the development pin."""
     return os.environ.get("INFEROPS_ANSIBLE_CORE") or pinned(REQUIREMENTS_FILE.read_text(encoding="utf-8"), ["ansible-core"])[0].split("==")[1]
-
-
-@pytest.fixture
-def host(fleet: Fleet) -> Iterator[str]:
-    name = fleet.hosts[0]
-    fleet.reset(name)
-    yield name
-    fleet.reset(name)
 
 
 def test_runs_on_the_ansible_core_under_test(ansible_bin: Path) -> None:

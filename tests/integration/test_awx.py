@@ -6,29 +6,18 @@ nothing for long for hung: the events must keep coming, never more than 30 s apa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.figures import record
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import REPO
+from tests.integration.conftest import REPO, RunRunner
 
 UNIT = "sglang.service"
 LONGEST_SILENCE = 30.0
 # the KV cache phase: 0.6 of it silent, a line, 0.4 silent (tests/harness/simulator/sglang_sim.py)
 LONG_START = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_KV_SECONDS": "70"}
-
-
-@pytest.fixture
-def host(fleet: Fleet) -> Iterator[str]:
-    name = fleet.hosts[0]
-    fleet.reset(name)
-    yield name
-    fleet.reset(name)
 
 
 def survey_answers(playbook: str) -> dict[str, Any]:
@@ -41,27 +30,13 @@ def created(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["created"]).timestamp()
 
 
-def test_heartbeat_keeps_runner_events_under_30s_apart(fleet: Fleet, host: str, tmp_path: Path) -> None:
-    import ansible_runner
-
+def test_heartbeat_keeps_runner_events_under_30s_apart(fleet: Fleet, host: str, tmp_path: Path, run_runner: RunRunner) -> None:
     fleet.set_scenario(host, **LONG_START)
     fleet.ssh(host, f"systemctl start {UNIT}")
     answers = survey_answers("restart_sglang")
     assert answers["sglang_restart_heartbeat"] == 30
     answers["sglang_restart_soak"] = 2  # the soak is not what this test is about
-    env = fleet.ansible_env()
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    runner = ansible_runner.run(
-        private_data_dir=str(tmp_path),
-        project_dir=str(REPO),
-        playbook=str(REPO / "playbooks" / "restart_sglang.yml"),
-        inventory=str(fleet.inventory),
-        limit=host,
-        extravars=answers,
-        envvars=env,
-        quiet=True,
-        timeout=600,
-    )
+    runner = run_runner("playbooks/restart_sglang.yml", tmp_path, limit=host, extravars=answers, timeout=600)
     stdout = runner.stdout.read()
     assert runner.rc == 0, stdout[-6000:]
     assert f"{host} {UNIT}: PASS (ready)" in stdout

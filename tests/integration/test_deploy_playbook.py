@@ -20,7 +20,8 @@ import pytest
 
 from tests.harness.fleet import Fleet
 from tests.harness.router_stub import RouterStub
-from tests.integration.conftest import REPO, RunPlaybook
+from tests.integration.conftest import QUICK as ROLE_QUICK
+from tests.integration.conftest import RunPlaybook, RunRunner
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 UNIT = "sglang.service"
@@ -28,16 +29,7 @@ DROPIN_DIR = f"/etc/systemd/system/{UNIT}.d"
 DROPIN = f"{DROPIN_DIR}/50-inferops-deploy.conf"
 ENV_FILE = "/etc/sglang/deploy.env"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
-QUICK = {
-    "sglang_restart_soak": 1,
-    "sglang_restart_poll_interval": 1,
-    "sglang_restart_heartbeat": 5,
-    "sglang_restart_budget": 120,
-    "sglang_restart_stall_limit": 60,
-    "sglang_restart_release_timeout": 30,
-    "sglang_restart_router_timeout": 10,
-    "sglang_restart_drain_timeout": 60,
-}
+QUICK = {**ROLE_QUICK, "sglang_restart_soak": 1, "sglang_restart_router_timeout": 10, "sglang_restart_drain_timeout": 60}
 OLD_MODEL = "/models/DeepSeek-R1"
 NEW_MODEL = "/models/DeepSeek-R1-0528"
 OLD_DROPIN = f"[Service]\nEnvironment=SIM_MODEL={OLD_MODEL}\n"
@@ -87,16 +79,6 @@ def report(directory: Path, host: str) -> dict[str, object]:
     data = json.loads((directory / f"{host}.json").read_text())
     assert isinstance(data, dict)
     return data
-
-
-@pytest.fixture
-def hosts(fleet: Fleet) -> Iterator[list[str]]:
-    """All hosts, simulator stopped, scenario and deployed files removed (before and after)."""
-    for host in fleet.hosts:
-        fleet.reset(host)
-    yield fleet.hosts
-    for host in fleet.hosts:
-        fleet.reset(host)
 
 
 @pytest.fixture
@@ -246,30 +228,18 @@ def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
     assert f"not touched: {third}" in out
 
 
-def test_a_rollback_start_that_fails_too_is_reported_and_stays_out_of_rotation(fleet: Fleet, hosts: list[str], router: RouterStub, tmp_path: Path) -> None:
+def test_a_rollback_start_that_fails_too_is_reported_and_stays_out_of_rotation(
+    fleet: Fleet, hosts: list[str], router: RouterStub, tmp_path: Path, run_runner: RunRunner
+) -> None:
     """Both the new configuration and the previous one fail to start (the host itself is broken):
     the report says so plainly, the host fails, and the router never gets it back. Run through
     ansible-runner, the way AWX and pipelines run it: the set_stats artifacts carry both outcomes."""
-    import ansible_runner
-
     host = hosts[0]
     start_with(fleet, [host])
     fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_PHASE="starting", SIM_FAILURE="nccl")  # applies at the next start
     optional_env = NEW_DROPIN.replace(ENV_FILE, "-" + ENV_FILE)
-    (tmp_path / "runner").mkdir()
-    env = fleet.ansible_env()
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    runner = ansible_runner.run(
-        private_data_dir=str(tmp_path / "runner"),
-        project_dir=str(REPO),
-        playbook=str(REPO / PLAYBOOK),
-        inventory=str(fleet.inventory),
-        limit=host,
-        extravars=deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=optional_env),
-        envvars=env,
-        quiet=True,
-        timeout=300,
-    )
+    extravars = deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=optional_env)
+    runner = run_runner(PLAYBOOK, tmp_path / "runner", limit=host, extravars=extravars)
     out = flat(runner.stdout.read())
     assert runner.rc != 0, out[-3000:]
     # the crash ends in a fatal line, then systemd restarts the unit: which the wait sees first depends on timing

@@ -115,57 +115,57 @@ def test_inventory_and_ansible_ping(fleet: Fleet, ansible_bin: Path) -> None:
         assert f"{host} | SUCCESS" in proc.stdout and '"pong"' in proc.stdout
 
 
-def test_ansible_restart_and_journal_of_the_invocation(fleet: Fleet, sim_host: str, ansible_bin: Path) -> None:
-    fleet.set_scenario(sim_host, **FAST)
-    proc = run_ansible(fleet, ansible_bin, sim_host, "-m", "ansible.builtin.systemd_service", "-a", f"name={UNIT} state=restarted")
+def test_ansible_restart_and_journal_of_the_invocation(fleet: Fleet, host: str, ansible_bin: Path) -> None:
+    fleet.set_scenario(host, **FAST)
+    proc = run_ansible(fleet, ansible_bin, host, "-m", "ansible.builtin.systemd_service", "-a", f"name={UNIT} state=restarted")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{sim_host} | CHANGED" in proc.stdout
-    invocation = fleet.unit_property(sim_host, "InvocationID")
+    assert f"{host} | CHANGED" in proc.stdout
+    invocation = fleet.unit_property(host, "InvocationID")
     assert len(invocation) == 32
-    wait_for("the server to be ready", lambda: fleet.health(sim_host, timeout=2) == "200")
-    entries = journal(fleet, sim_host, invocation)
+    wait_for("the server to be ready", lambda: fleet.health(host, timeout=2) == "200")
+    entries = journal(fleet, host, invocation)
     assert entries and all(e["_SYSTEMD_INVOCATION_ID"] == invocation for e in entries)
     texts = [e["MESSAGE"] for e in entries if isinstance(e["MESSAGE"], str)]
     assert any("TP3]" in m for m in texts), texts[:20]
     binary = [bytes(e["MESSAGE"]) for e in entries if isinstance(e["MESSAGE"], list)]  # type: ignore[arg-type]
     assert any(b"\r" in m for m in binary), "no carriage-return (tqdm) line stored as a byte array"
     # a second restart is a new invocation with lines of its own
-    fleet.ssh(sim_host, f"systemctl restart {UNIT}")
-    second = fleet.unit_property(sim_host, "InvocationID")
+    fleet.ssh(host, f"systemctl restart {UNIT}")
+    second = fleet.unit_property(host, "InvocationID")
     assert second != invocation
-    wait_for("lines of the new invocation", lambda: bool(journal(fleet, sim_host, second)))
+    wait_for("lines of the new invocation", lambda: bool(journal(fleet, host, second)))
 
 
-def test_health_generate_refused_then_503_then_200(fleet: Fleet, sim_host: str) -> None:
-    fleet.set_scenario(sim_host, **FAST)
+def test_health_generate_refused_then_503_then_200(fleet: Fleet, host: str) -> None:
+    fleet.set_scenario(host, **FAST)
     url = f"http://127.0.0.1:{PORT}/health_generate"
     cmd = f"python3 -c {shlex.quote(HEALTH_PROBE)} {url} {UNIT} 60"
-    states = fleet.ssh(sim_host, cmd, timeout=90).stdout.split()
+    states = fleet.ssh(host, cmd, timeout=90).stdout.split()
     assert states[0] == "refused" and "503" in states and states[-1] == "200", states
     assert states.index("refused") < states.index("503") < states.index("200"), states
 
 
-def test_crash_loop_makes_nrestarts_grow(fleet: Fleet, sim_host: str) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
-    fleet.ssh(sim_host, f"systemctl start --no-block {UNIT}")
-    wait_for("NRestarts >= 2", lambda: int(fleet.unit_property(sim_host, "NRestarts") or 0) >= 2, timeout=60)
-    fleet.reset(sim_host)
-    assert fleet.unit_property(sim_host, "NRestarts") == "0"
-    assert fleet.ssh(sim_host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "inactive"
-    assert fleet.ssh(sim_host, "test -e /etc/sglang-sim/scenario.env", check=False).returncode == 1
+def test_crash_loop_makes_nrestarts_grow(fleet: Fleet, host: str) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="crash_loop", **FAST)
+    fleet.ssh(host, f"systemctl start --no-block {UNIT}")
+    wait_for("NRestarts >= 2", lambda: int(fleet.unit_property(host, "NRestarts") or 0) >= 2, timeout=60)
+    fleet.reset(host)
+    assert fleet.unit_property(host, "NRestarts") == "0"
+    assert fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "inactive"
+    assert fleet.ssh(host, "test -e /etc/sglang-sim/scenario.env", check=False).returncode == 1
 
 
-def test_hang_stays_active_but_never_healthy(fleet: Fleet, sim_host: str) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="hang", **FAST)
-    fleet.ssh(sim_host, f"systemctl start {UNIT}")
-    started = fleet.unit_property(sim_host, "InvocationID")
+def test_hang_stays_active_but_never_healthy(fleet: Fleet, host: str) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="hang", **FAST)
+    fleet.ssh(host, f"systemctl start {UNIT}")
+    started = fleet.unit_property(host, "InvocationID")
     deadline = time.monotonic() + 6
     while time.monotonic() < deadline:
-        assert fleet.ssh(sim_host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active"
-        assert fleet.health(sim_host, timeout=2) != "200"
+        assert fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active"
+        assert fleet.health(host, timeout=2) != "200"
         time.sleep(0.5)
-    assert fleet.unit_property(sim_host, "InvocationID") == started
-    assert fleet.unit_property(sim_host, "NRestarts") == "0"
+    assert fleet.unit_property(host, "InvocationID") == started
+    assert fleet.unit_property(host, "NRestarts") == "0"
 
 
 def test_second_fleet_cleans_stale_run_and_leaves_nothing(fleet: Fleet, tmp_path: Path) -> None:

@@ -36,9 +36,9 @@ def scan(run_playbook: RunPlaybook, host: str, tmp_path: Path) -> dict[str, Any]
     return results
 
 
-def test_scan_of_a_ready_invocation_passes_and_continues_from_its_cursor(fleet: Fleet, sim_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
-    invocation = start(fleet, sim_host, "healthy")
-    results = scan(run_playbook, sim_host, tmp_path)
+def test_scan_of_a_ready_invocation_passes_and_continues_from_its_cursor(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    invocation = start(fleet, host, "healthy")
+    results = scan(run_playbook, host, tmp_path)
     whole, after, check = results["whole"], results["after"], results["check"]
     assert whole["invocation_id"] == invocation
     assert whole["verdict"] == "pass" and whole["phase"] == "ready"
@@ -54,16 +54,16 @@ def test_scan_of_a_ready_invocation_passes_and_continues_from_its_cursor(fleet: 
     assert check["verdict"] == "pass" and check["invocation_id"] == invocation and not check["changed"]
 
 
-def test_scan_of_a_crashed_invocation_fails_with_the_traceback(fleet: Fleet, sim_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+def test_scan_of_a_crashed_invocation_fails_with_the_traceback(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     fleet.ssh(
-        sim_host, "mkdir -p /run/systemd/system/sglang.service.d && printf '[Service]\\nRestart=no\\n' > /run/systemd/system/sglang.service.d/no-restart.conf"
+        host, "mkdir -p /run/systemd/system/sglang.service.d && printf '[Service]\\nRestart=no\\n' > /run/systemd/system/sglang.service.d/no-restart.conf"
     )
-    fleet.ssh(sim_host, "systemctl daemon-reload")
+    fleet.ssh(host, "systemctl daemon-reload")
     try:
-        invocation = start(fleet, sim_host, "failed", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="cuda_oom")
-        whole = scan(run_playbook, sim_host, tmp_path)["whole"]
+        invocation = start(fleet, host, "failed", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="cuda_oom")
+        whole = scan(run_playbook, host, tmp_path)["whole"]
     finally:
-        fleet.ssh(sim_host, "rm -f /run/systemd/system/sglang.service.d/no-restart.conf && systemctl daemon-reload")
+        fleet.ssh(host, "rm -f /run/systemd/system/sglang.service.d/no-restart.conf && systemctl daemon-reload")
     assert whole["invocation_id"] == invocation
     assert whole["verdict"] == "fail"
     first = whole["fatal"][0]

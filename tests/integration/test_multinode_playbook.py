@@ -18,20 +18,12 @@ import pytest
 
 from tests.figures import record
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import RunPlaybook
+from tests.integration.conftest import QUICK, RunPlaybook
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 UNIT = "sglang.service"
 DIST_PORT = 5000
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "16", "SIM_NNODES": "2", "SIM_DIST_TIMEOUT": "30"}
-QUICK = {
-    "sglang_restart_soak": 2,
-    "sglang_restart_poll_interval": 1,
-    "sglang_restart_heartbeat": 5,
-    "sglang_restart_budget": 120,
-    "sglang_restart_stall_limit": 60,
-    "sglang_restart_release_timeout": 30,
-}
 DEPLOYMENTS = {"dsr1": ("sim1", "sim2"), "qwen": ("sim3", "sim4")}
 
 

@@ -12,29 +12,19 @@ import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.figures import record
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import REPO, RunPlaybook
+from tests.integration.conftest import QUICK, RunPlaybook, RunRunner
 from tests.integration.test_wait_ready import journal_time
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 FREE_PLAYBOOK = Path(__file__).parent / "playbooks" / "restart_free.yml"
 UNIT = "sglang.service"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
-# the role's timings for a cold start of a few seconds
-QUICK = {
-    "sglang_restart_soak": 2,
-    "sglang_restart_poll_interval": 1,
-    "sglang_restart_heartbeat": 5,
-    "sglang_restart_budget": 120,
-    "sglang_restart_stall_limit": 60,
-    "sglang_restart_release_timeout": 30,
-}
 API_KEY = "sk-inferops-test-7f3a9c2e5b1d"
 
 
@@ -52,38 +42,13 @@ def start_all(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
     return ids
 
 
-@pytest.fixture
-def hosts(fleet: Fleet) -> Iterator[list[str]]:
-    """All hosts, simulator stopped, failed state and scenario cleared (before and after)."""
-    for host in fleet.hosts:
-        fleet.reset(host)
-    yield fleet.hosts
-    for host in fleet.hosts:
-        fleet.reset(host)
-
-
-def test_ok_restart_passes_and_reports(fleet: Fleet, hosts: list[str], tmp_path: Path) -> None:
+def test_ok_restart_passes_and_reports(fleet: Fleet, hosts: list[str], tmp_path: Path, run_runner: RunRunner) -> None:
     """The ok scenario passes through ansible-runner (the CI path): exit 0, the summary names the
     allowlisted CUTE_DSL warning of all 8 ranks, set_stats artifacts, JSON and JUnit reports."""
-    import ansible_runner
-
     host = hosts[0]
     before = start_all(fleet, [host])[host]
     reports = tmp_path / "reports"
-    (tmp_path / "runner").mkdir()
-    env = fleet.ansible_env()
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    runner = ansible_runner.run(
-        private_data_dir=str(tmp_path / "runner"),
-        project_dir=str(REPO),
-        playbook=str(REPO / PLAYBOOK),
-        inventory=str(fleet.inventory),
-        limit=host,
-        extravars={**QUICK, "sglang_restart_report_dir": str(reports)},
-        envvars=env,
-        quiet=True,
-        timeout=300,
-    )
+    runner = run_runner(PLAYBOOK, tmp_path / "runner", limit=host, extravars={**QUICK, "sglang_restart_report_dir": str(reports)})
     stdout = runner.stdout.read()
     assert runner.rc == 0, stdout[-6000:]
     assert runner.status == "successful"
@@ -308,13 +273,13 @@ def leaks(text: str, key: str) -> list[str]:
     return [piece for piece in key_pieces(key) if piece in text]
 
 
-def test_an_api_key_the_server_prints_in_its_fatal_line_leaves_no_trace(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+def test_an_api_key_the_server_prints_in_its_fatal_line_leaves_no_trace(
+    fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, run_runner: RunRunner, tmp_path: Path
+) -> None:
     """The key passed the recommended way (an ansible-vault file), printed by the server in its
     arguments and in the fatal line of its crash: at -vvvv through ansible-playbook and through
     ansible-runner, it appears in no output, event, artifact or report; the fatal line is reported
     with the key as [redacted]."""
-    import ansible_runner
-
     host = hosts[0]
     start_all(fleet, [host])
     fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_FAILURE="scheduler_exception", SIM_API_KEY=VAULTED_KEY, SIM_LEAK_API_KEY="1")
@@ -338,20 +303,13 @@ def test_an_api_key_the_server_prints_in_its_fatal_line_leaves_no_trace(fleet: F
 
     start_all(fleet, [host])
     fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_FAILURE="scheduler_exception", SIM_API_KEY=VAULTED_KEY, SIM_LEAK_API_KEY="1")
-    (tmp_path / "runner").mkdir()
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    runner = ansible_runner.run(
-        private_data_dir=str(tmp_path / "runner"),
-        project_dir=str(REPO),
-        playbook=str(REPO / PLAYBOOK),
-        inventory=str(fleet.inventory),
+    runner = run_runner(
+        PLAYBOOK,
+        tmp_path / "runner",
         limit=host,
         cmdline=" ".join(vault),
         extravars={**extra, "sglang_restart_report_dir": str(tmp_path / "runner-reports")},
-        envvars=env,
         verbosity=4,
-        quiet=True,
-        timeout=300,
     )
     assert runner.rc != 0 and runner.status == "failed", runner.stdout.read()[-4000:]
     assert leaks(json.dumps(list(runner.events)), VAULTED_KEY) == []

@@ -26,8 +26,6 @@ QUICK = {"sglang_restart_budget": 20, "sglang_restart_poll_interval": 1, "sglang
 # a list pattern means "any of these" strings; one with something else in it is refused
 PATTERN_LIST = [{"id": "local-either", "pattern": ["Frobnicator", 1], "reason": "a list of patterns holds strings"}]
 PATTERN_NUMBER = [{"id": "local-number", "pattern": 1, "reason": "a number is not a pattern"}]
-# Until rule fields are typed (check_rules in module_utils/_rules.py), these two load as character
-# classes and the restart goes ahead: the cases fail, as the issue says. Remove the mark when it lands.
 
 # (variables, reason, what the message must say)
 CASES: dict[str, tuple[dict[str, Any], str, str]] = {

@@ -11,18 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import RunPlaybook
+from tests.integration.conftest import QUICK, RunPlaybook
 
 UNIT = "vllm.service"
 SCENARIO_FILE = "/etc/vllm-sim/scenario.env"
-QUICK = {
-    "sglang_restart_soak": 2,
-    "sglang_restart_poll_interval": 1,
-    "sglang_restart_heartbeat": 5,
-    "sglang_restart_budget": 120,
-    "sglang_restart_stall_limit": 60,
-    "sglang_restart_release_timeout": 30,
-}
 
 
 @pytest.fixture

@@ -51,8 +51,8 @@ def journal_time(fleet: Fleet, host: str, invocation: str, needle: str) -> float
     raise AssertionError(f"no {needle!r} in the journal of {invocation}")
 
 
-def test_ok_passes_with_cute_dsl_allowlisted_and_progress_shown(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, **FAST)
+def test_ok_passes_with_cute_dsl_allowlisted_and_progress_shown(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, **FAST)
     run, result = wait(run_playbook, tmp_path)
     assert run.returncode == 0, run
     assert result["verdict"] == "pass" and result["reason"] == "ready", result["msg"]
@@ -75,8 +75,8 @@ def test_ok_passes_with_cute_dsl_allowlisted_and_progress_shown(fleet: Fleet, si
 
 
 @pytest.mark.parametrize(("phase", "failure"), CRASHES)
-def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path, phase: str, failure: str) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="crash", SIM_PHASE=phase, SIM_FAILURE=failure, **FAST)
+def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path, phase: str, failure: str) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="crash", SIM_PHASE=phase, SIM_FAILURE=failure, **FAST)
     run, result = wait(run_playbook, tmp_path)
     ended = time.time()
     assert run.returncode != 0, run
@@ -87,7 +87,7 @@ def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, sim_host: str, run_p
     assert FATAL_WORDS[failure] in messages, messages
     assert any(event.get("traceback") for event in result["fatal"]), result["fatal"]
     assert result["last_lines"] and len(result["last_lines"]) <= 20
-    printed = journal_time(fleet, sim_host, result["invocation_id"], "Scheduler hit an exception")
+    printed = journal_time(fleet, host, result["invocation_id"], "Scheduler hit an exception")
     delay = ended - printed
     decided = result["ended_at"] - printed
     record(
@@ -97,8 +97,8 @@ def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, sim_host: str, run_p
     assert delay < 10, delay
 
 
-def test_hang_fails_on_the_stall_limit(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="hang", SIM_PHASE="capturing_cuda_graphs", **FAST)
+def test_hang_fails_on_the_stall_limit(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="hang", SIM_PHASE="capturing_cuda_graphs", **FAST)
     run, result = wait(run_playbook, tmp_path)
     assert run.returncode != 0
     assert result["reason"] == "stalled", result["msg"]
@@ -107,8 +107,8 @@ def test_hang_fails_on_the_stall_limit(fleet: Fleet, sim_host: str, run_playbook
     assert result["elapsed"] < 20
 
 
-def test_crash_loop_fails_on_restarts(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
+def test_crash_loop_fails_on_restarts(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="crash_loop", **FAST)
     # watch the first invocation, looked at only after systemd restarted it (RestartSec=2)
     run, result = wait(run_playbook, tmp_path, watch_first_invocation=True, pre_wait_delay=4)
     assert run.returncode != 0
@@ -118,17 +118,17 @@ def test_crash_loop_fails_on_restarts(fleet: Fleet, sim_host: str, run_playbook:
     assert result["fatal"], "the watched invocation's fatal lines are the evidence"
 
 
-def test_crash_loop_seen_from_its_first_crash(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+def test_crash_loop_seen_from_its_first_crash(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
     """Without a head start the first crash's traceback is seen before systemd restarts the unit."""
-    fleet.set_scenario(sim_host, SIM_SCENARIO="crash_loop", **FAST)
+    fleet.set_scenario(host, SIM_SCENARIO="crash_loop", **FAST)
     run, result = wait(run_playbook, tmp_path)
     assert run.returncode != 0
     record(f"\ncrash_loop, no head start: {result['reason']}: {result['msg']}")
     assert result["reason"] in ("fatal_log", "restarted", "unit_failed"), result["msg"]
 
 
-def test_health_503_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="health_503", **FAST)
+def test_health_503_fails_at_the_budget(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="health_503", **FAST)
     run, result = wait(run_playbook, tmp_path, budget=12)
     assert run.returncode != 0
     assert result["reason"] == "health_never_passed", result["msg"]
@@ -139,8 +139,8 @@ def test_health_503_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playboo
     assert 11 <= result["elapsed"] < 20
 
 
-def test_slow_health_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="slow_health", SIM_HEALTH_DELAY="25", **FAST)
+def test_slow_health_fails_at_the_budget(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="slow_health", SIM_HEALTH_DELAY="25", **FAST)
     run, result = wait(run_playbook, tmp_path, budget=15, health_timeout=3)
     assert run.returncode != 0
     assert result["reason"] in ("health_never_passed", "budget_exhausted"), result["msg"]
@@ -149,8 +149,8 @@ def test_slow_health_fails_at_the_budget(fleet: Fleet, sim_host: str, run_playbo
     assert result["elapsed"] < 25
 
 
-def test_unknown_error_passes_with_a_suggested_rule_and_fails_when_strict(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="unknown_error", **FAST)
+def test_unknown_error_passes_with_a_suggested_rule_and_fails_when_strict(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="unknown_error", **FAST)
     run, result = wait(run_playbook, tmp_path)
     assert run.returncode == 0, run
     frob = [event for event in result["unrecognized"] if "Frobnicator" in event["message"]]
@@ -170,8 +170,8 @@ def test_unknown_error_passes_with_a_suggested_rule_and_fails_when_strict(fleet:
     assert any(event["rule"] == rule["id"] for event in result["allowlisted"])
 
 
-def test_ready_then_crash_fails_in_the_soak(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, SIM_SCENARIO="ready_then_crash", SIM_CRASH_AFTER_READY="3", **FAST)
+def test_ready_then_crash_fails_in_the_soak(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, SIM_SCENARIO="ready_then_crash", SIM_CRASH_AFTER_READY="3", **FAST)
     run, result = wait(run_playbook, tmp_path, soak=10)
     assert run.returncode != 0
     assert result["reason"] in ("soak_failed", "fatal_log"), result["msg"]
@@ -179,8 +179,8 @@ def test_ready_then_crash_fails_in_the_soak(fleet: Fleet, sim_host: str, run_pla
     assert result["fatal"] and "illegal memory access" in " ".join(event["message"] for event in result["fatal"])
 
 
-def test_bad_rule_fails_with_a_clear_message(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
-    fleet.set_scenario(sim_host, **FAST)
+def test_bad_rule_fails_with_a_clear_message(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
+    fleet.set_scenario(host, **FAST)
     run, result = wait(run_playbook, tmp_path, extra_rules=[{"id": "broken", "pattern": "(", "reason": "x"}])
     assert run.returncode != 0
     # refused on the controller before the first probe
@@ -188,18 +188,18 @@ def test_bad_rule_fails_with_a_clear_message(fleet: Fleet, sim_host: str, run_pl
     assert "Traceback" not in result["msg"]
 
 
-def test_wait_survives_a_dropped_connection(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+def test_wait_survives_a_dropped_connection(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
     # a slower start (~10 s) so the connection can be cut while the wait goes on
-    fleet.set_scenario(sim_host, SIM_SPEED="0.5", SIM_WARMUP_SECONDS="1", SIM_TP="8")
+    fleet.set_scenario(host, SIM_SPEED="0.5", SIM_WARMUP_SECONDS="1", SIM_TP="8")
     control_dir = Path(fleet.ansible_env()["ANSIBLE_SSH_CONTROL_PATH_DIR"])
     cuts: list[str] = []
 
-    before = fleet.ssh(sim_host, "systemctl show -p InvocationID --value sglang.service").stdout.strip()
+    before = fleet.ssh(host, "systemctl show -p InvocationID --value sglang.service").stdout.strip()
 
     def cut() -> None:
         # cut only once the playbook restarted the unit: the wait is then under way
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and fleet.ssh(sim_host, "systemctl show -p InvocationID --value sglang.service").stdout.strip() == before:
+        while time.monotonic() < deadline and fleet.ssh(host, "systemctl show -p InvocationID --value sglang.service").stdout.strip() == before:
             time.sleep(0.3)
         for delay in (2.0, 3.0):
             time.sleep(delay)
@@ -227,14 +227,14 @@ def fleet_ssh_exit(sock: Path) -> int:
     return proc.returncode
 
 
-def test_a_journal_gap_between_two_probes_is_reported(fleet: Fleet, sim_host: str, run_playbook: Any, tmp_path: Path) -> None:
+def test_a_journal_gap_between_two_probes_is_reported(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
     """Entries rotated and vacuumed away between two looks: the second look says the journal has a gap
     (the wait reports it, and fails on it in strict mode: tests/unit/plugins/plugin_utils/test_wait.py)."""
-    fleet.set_scenario(sim_host, SIM_SPEED="0.6", SIM_WARMUP_SECONDS="1", SIM_TP="8")
-    fleet.ssh(sim_host, "systemctl start sglang.service")
+    fleet.set_scenario(host, SIM_SPEED="0.6", SIM_WARMUP_SECONDS="1", SIM_TP="8")
+    fleet.ssh(host, "systemctl start sglang.service")
     time.sleep(1)
     result_file = tmp_path / "looks.json"
-    run = run_playbook(Path(__file__).parent / "playbooks" / "probe_gap.yml", extra_vars={"result_file": str(result_file)}, limit=sim_host)
+    run = run_playbook(Path(__file__).parent / "playbooks" / "probe_gap.yml", extra_vars={"result_file": str(result_file)}, limit=host)
     assert run.returncode == 0, run
     looks = json.loads(result_file.read_text())
     first, second = looks["first"]["journal"], looks["second"]["journal"]
@@ -243,23 +243,23 @@ def test_a_journal_gap_between_two_probes_is_reported(fleet: Fleet, sim_host: st
     assert second["gap"] and "vacuumed" in second["gap"] and second["records"] > 0
 
 
-def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, sim_host: str, ansible_bin: Path) -> None:
+def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, host: str, ansible_bin: Path) -> None:
     """Ctrl-C on the controller in the middle of a long probe: nothing is left running on the host."""
     import os
     import signal
     import subprocess
 
-    fleet.set_scenario(sim_host, SIM_SCENARIO="hang", SIM_PHASE="loading_weights", **FAST)
+    fleet.set_scenario(host, SIM_SCENARIO="hang", SIM_PHASE="loading_weights", **FAST)
     env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(Path(__file__).parents[2] / "ansible.cfg")}
     extra = json.dumps({**LIMITS, "poll_interval": 30, "stall_limit": 120, "budget": 120})
-    cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(PLAYBOOK), "--limit", sim_host, "-e", extra]
+    cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(PLAYBOOK), "--limit", host, "-e", extra]
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     probes = "pgrep -f -a python3 | grep -v sglang_sim | grep -v pgrep || true"
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not fleet.ssh(sim_host, probes).stdout.strip():
+        while time.monotonic() < deadline and not fleet.ssh(host, probes).stdout.strip():
             time.sleep(0.5)
-        assert fleet.ssh(sim_host, probes).stdout.strip(), "the probe never started"
+        assert fleet.ssh(host, probes).stdout.strip(), "the probe never started"
         time.sleep(2)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=30)
@@ -268,10 +268,10 @@ def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, sim_
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     stopped = time.monotonic()
-    left = fleet.ssh(sim_host, probes).stdout.strip()
+    left = fleet.ssh(host, probes).stdout.strip()
     while left and time.monotonic() - stopped < 10:
         time.sleep(0.25)
-        left = fleet.ssh(sim_host, probes).stdout.strip()
+        left = fleet.ssh(host, probes).stdout.strip()
     record(f"\nCtrl-C during a 30 s probe: the remote probe was gone {time.monotonic() - stopped:.1f} s after the controller stopped")
     assert not left, left
-    assert not fleet.ssh(sim_host, "pgrep -a journalctl || true").stdout.strip()
+    assert not fleet.ssh(host, "pgrep -a journalctl || true").stdout.strip()
