@@ -48,6 +48,8 @@ MAX_TRACEBACK_LINES = 60
 MAX_SHAPES = 50_000
 # bytes of line shapes the cache may hold: one long line each time must not make memory grow
 MAX_SHAPE_BYTES = 1 << 24
+# event keys remembered (message -> key); each message is a line read whole, at most MAX_LINE_CHARS
+MAX_KEYS = 1024
 TEXT_CHUNK = 1 << 22
 REDACTED = "[redacted]"
 
@@ -218,18 +220,34 @@ class _OpenTraceback:
         self.lines = [header.text]
         self.dropped = 0
         self.exception: ParsedLine | None = None
-        self.last = header
+        self._last: ParsedLine | None = header
+        self._last_frame = (header.number, header.text)
         context = header.message.rstrip()[: -len(TRACEBACK_HEADER)].rstrip(" :")
         self.context = context or None
 
+    @property
+    def last(self) -> ParsedLine:
+        """The last line added (a bare frame is parsed only if asked for)."""
+        if self._last is None:
+            self._last = ParsedLine(*self._last_frame)
+        return self._last
+
     def add(self, line: ParsedLine) -> None:
-        self.last = line
+        self._last = line
+        self._append(line.text)
+
+    def add_frame(self, number: int, text: str) -> None:
+        """A frame line that parsing leaves as it is (see Scanner._add_frame)."""
+        self._last, self._last_frame = None, (number, text)
+        self._append(text)
+
+    def _append(self, text: str) -> None:
         if len(self.lines) < MAX_TRACEBACK_LINES:
-            self.lines.append(line.text)
+            self.lines.append(text)
         else:
             # keep the head and the tail: the tail names the exception
-            self.lines[MAX_TRACEBACK_LINES // 3 : MAX_TRACEBACK_LINES // 3 + 1] = []
-            self.lines.append(line.text)
+            del self.lines[MAX_TRACEBACK_LINES // 3]
+            self.lines.append(text)
             self.dropped += 1
 
     def text(self) -> list[str]:
@@ -266,6 +284,8 @@ class Scanner:
         self.progress: dict[str, t.Any] | None = None
         self.blob_lines = 0
         self._shapes: dict[bytes, _Decision] = {}
+        self._keys: dict[str, str] = {}
+        self._frames: set[bytes] = set()
         self._shape_bytes = 0
         self._pending_bar: tuple[bytes, int, str | None, Rule] | None = None
         self._traceback: _OpenTraceback | None = None
@@ -377,7 +397,7 @@ class Scanner:
             return False
         if len(line) > MAX_LINE_CHARS or _FRAME_UNSAFE.search(line):
             return False
-        traceback.add(ParsedLine(self.line_number, line.decode("utf-8", "replace").rstrip()))
+        traceback.add_frame(self.line_number, line.decode("utf-8", "replace").rstrip())
         return True
 
     def _scan_block(self, data: bytes) -> None:
@@ -398,12 +418,20 @@ class Scanner:
         latest_bar: tuple[int, int, int, Rule] | None = None
         tracing = self._traceback is not None
         words_in = self._words_in
+        # shapes of lines taken as bare traceback frames (what makes one is the same for every line of a shape)
+        frames = self._frames
         for shape in shapes:
             number += 1
             end = start + len(shape)
             if b"\r" in shape:
                 shape = shape.rstrip(b"\r")
                 shape = shape[shape.rfind(b"\r") + 1 :]
+            if tracing and shape in frames and len(shape) == end - start:
+                traceback = self._traceback
+                if traceback is not None and traceback.exception is None and traceback.stream is None:
+                    traceback.add_frame(number, data[start:end].decode("utf-8", "replace").rstrip())
+                    start = end + 1
+                    continue
             known = cache.get(shape)
             if tracing and known is not None and not self._outside_traceback(known):
                 known = self._streamed_info(shape, data[start:end]) if known is _INFO else None
@@ -432,6 +460,8 @@ class Scanner:
                         continue
                 self.line_number = number
                 if tracing and self._add_frame(raw):
+                    if len(frames) < MAX_SHAPES and len(shape) == len(raw):
+                        frames.add(shape)
                     continue
                 if latest_bar is not None:
                     self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
@@ -454,6 +484,8 @@ class Scanner:
             self._take_known(shape, known, raw, pid)
             return
         before = self._traceback
+        if known is not None and before is not None and self._ends_traceback(shape, known, raw, pid):
+            return
         decision = self._classify_raw(raw, self.line_number, pid, found)
         if decision is None or secret:
             return
@@ -461,6 +493,22 @@ class Scanner:
         # change how it was read (see _outside_traceback)
         if (before is None or (decision.streamed and before.stream is None)) and self._learn(shape):
             self._shapes[shape] = decision
+
+    def _ends_traceback(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None) -> bool:
+        """For a line of a known shape read while a traceback is open: True when the traceback took
+        the line, or the line closed it and was then taken as its shape says (outside a traceback,
+        a line classifies as its shape does, so no rule needs trying again)."""
+        traceback = self._traceback
+        segments = clean(raw)
+        if traceback is None or len(segments) != 1:
+            return False
+        line = parse(segments[0], self.line_number, pid)
+        if self._continue_traceback(traceback, line):
+            return True
+        if self._traceback is not None:
+            return False
+        self._take_known(shape, known, raw, pid, line)
+        return True
 
     def _outside_traceback(self, known: _Decision) -> bool:
         """Whether a line of a known shape is classified as if no traceback were open: none is, or
@@ -478,8 +526,9 @@ class Scanner:
         self._shape_bytes += len(shape)
         return True
 
-    def _take_known(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None) -> None:
-        """A line whose shape was seen before: count it, and look closer only where it adds something."""
+    def _take_known(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None, line: ParsedLine | None = None) -> None:
+        """A line whose shape was seen before: count it, and look closer only where it adds something
+        (``line``: the line parsed already, if it was)."""
         if known is _BLOB:
             self.blob_lines += 1
         if known.kind is _BAR and known.rule is not None:
@@ -490,7 +539,7 @@ class Scanner:
         rule = known.rule
         self.counts[rule.rule_class] += 1
         if rule.rule_class in self.events or self._adds_to_state(rule):
-            self._apply(rule, parse(clean(raw)[-1], self.line_number, pid), known.key)
+            self._apply(rule, line or parse(clean(raw)[-1], self.line_number, pid), known.key)
         else:
             # a milestone already passed stays passed: from now on lines of this shape are only counted
             self._shapes[shape] = _Decision(_COUNT, rule, streamed=known.streamed)
@@ -552,8 +601,14 @@ class Scanner:
         return event
 
     def _key(self, message: str) -> str:
-        """The event key of a message: secrets out first, then numbers, paths and ids masked."""
-        return mask(self.redact(message.strip()))
+        """The event key of a message: secrets out first, then numbers, paths and ids masked.
+        Remembered for the messages seen last: the same failure is logged again and again."""
+        key = self._keys.get(message)
+        if key is None:
+            if len(self._keys) >= MAX_KEYS:
+                self._keys.clear()
+            key = self._keys[message] = mask(self.redact(message.strip()))
+        return key
 
     def _enter_phase(self, phase: str, line: ParsedLine) -> None:
         if PHASES.index(phase) <= PHASES.index(self.phase) and self.phases:

@@ -171,12 +171,12 @@ def _strip_level(line: ParsedLine, rest: str) -> str:
         level = _bracket_level(line, rest)
         if level is not None:
             return level
-    nccl = _NCCL_LEVEL.match(rest)
+    nccl = _NCCL_LEVEL.match(rest) if "NCCL " in rest else None
     if nccl:
         line.level = _level(nccl.group(1))
         line.tagged = True
         return rest[nccl.group(0).rindex("NCCL ") :]
-    if _PYTHON_WARNING.search(rest):
+    if "Warning: " in rest and _PYTHON_WARNING.search(rest):
         line.level = "WARNING"
     return rest
 
