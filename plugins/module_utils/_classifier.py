@@ -49,13 +49,15 @@ MAX_SHAPES = 50_000
 # bytes of line shapes the cache may hold: one long line each time must not make memory grow
 MAX_SHAPE_BYTES = 1 << 24
 # event keys remembered (message -> key); each message is a line read whole, at most MAX_LINE_CHARS
-MAX_KEYS = 1024
+MAX_KEYS = 256
 TEXT_CHUNK = 1 << 22
 REDACTED = "[redacted]"
 
 _DIGIT_MASK = bytes.maketrans(b"0123456789", b"0000000000")
 # Shape-cache decisions: only count the line, keep it as the latest bar state, apply its rule, or count a blob.
-_COUNT, _BAR, _RULED, _BLOB_KIND = "count", "bar", "ruled", "blob"
+# Shape-cache decisions: only count the line, keep it as the latest bar state, apply its rule, count
+# a blob, or open a traceback.
+_COUNT, _BAR, _RULED, _BLOB_KIND, _OPENS_KIND = "count", "bar", "ruled", "blob", "opens"
 
 
 class _Decision:
@@ -76,6 +78,7 @@ class _Decision:
 _INFO = _Decision(_COUNT)
 _INFO_STREAMED = _Decision(_COUNT, streamed=True)
 _BLOB = _Decision(_BLOB_KIND)
+_OPENS = _Decision(_OPENS_KIND)
 
 
 # a path component is at most 255 bytes: the bound keeps the search linear on long words
@@ -286,6 +289,7 @@ class Scanner:
         self._shapes: dict[bytes, _Decision] = {}
         self._keys: dict[str, str] = {}
         self._frames: set[bytes] = set()
+        self._traceback_rules: dict[tuple[str, str, str, str], tuple[str, Rule | None]] = {}
         self._shape_bytes = 0
         self._pending_bar: tuple[bytes, int, str | None, Rule] | None = None
         self._traceback: _OpenTraceback | None = None
@@ -428,7 +432,7 @@ class Scanner:
                 shape = shape[shape.rfind(b"\r") + 1 :]
             if tracing and shape in frames and len(shape) == end - start:
                 traceback = self._traceback
-                if traceback is not None and traceback.exception is None and traceback.stream is None:
+                if traceback is not None and traceback.stream is None and (traceback.exception is None or not shape.strip()):
                     traceback.add_frame(number, data[start:end].decode("utf-8", "replace").rstrip())
                     start = end + 1
                     continue
@@ -451,6 +455,7 @@ class Scanner:
                     if latest_bar is not None:
                         self._pending_bar, latest_bar = _bar_line(data, latest_bar), None
                     self._take(shape, raw, None)
+                    tracing = self._traceback is not None
                     continue
                 if not tracing:
                     found = words_in(raw)
@@ -529,6 +534,9 @@ class Scanner:
     def _take_known(self, shape: bytes, known: _Decision, raw: bytes, pid: str | None, line: ParsedLine | None = None) -> None:
         """A line whose shape was seen before: count it, and look closer only where it adds something
         (``line``: the line parsed already, if it was)."""
+        if known is _OPENS:
+            self._traceback = _OpenTraceback(line or parse(clean(raw)[-1], self.line_number, pid))
+            return
         if known is _BLOB:
             self.blob_lines += 1
         if known.kind is _BAR and known.rule is not None:
@@ -565,7 +573,7 @@ class Scanner:
             return _BLOB
         if line.opens_traceback():
             self._traceback = _OpenTraceback(line)
-            return None
+            return _OPENS
         rule = self.rules.match(line.message, line.level, found)
         if rule is None or rule.rule_class == "info":
             self.counts["info"] += 1
@@ -684,10 +692,7 @@ class Scanner:
         summary.rank = header.rank or summary.rank
         summary.timestamp = header.timestamp or summary.timestamp
         summary.number = header.number
-        rule = self.rules.match(summary.message, summary.level) or self.rules.match(header.message, header.level)
-        event_class = "allowlisted" if rule is not None and rule.rule_class == "allowlisted" else "fatal"
-        if event_class == "fatal" and (rule is None or rule.rule_class != "fatal"):
-            rule = self.rules.match(TRACEBACK_HEADER, "none")
+        event_class, rule = self._traceback_rule(summary, header)
         self.counts[event_class] += traceback.line_count
         event = self._record(event_class, rule, summary)
         if event is not None:
@@ -695,6 +700,21 @@ class Scanner:
             if event.traceback is None:
                 event.context = None if traceback.context is None else self.redact(traceback.context)
                 event.traceback = [self.redact(text) for text in traceback.text()]
+
+    def _traceback_rule(self, summary: ParsedLine, header: ParsedLine) -> tuple[str, Rule | None]:
+        """The class and rule of a traceback, from its exception line or its header; remembered,
+        as the same traceback is logged by every rank."""
+        asked = (summary.message, summary.level, header.message, header.level)
+        found = self._traceback_rules.get(asked)
+        if found is None:
+            rule = self.rules.match(summary.message, summary.level) or self.rules.match(header.message, header.level)
+            event_class = "allowlisted" if rule is not None and rule.rule_class == "allowlisted" else "fatal"
+            if event_class == "fatal" and (rule is None or rule.rule_class != "fatal"):
+                rule = self.rules.match(TRACEBACK_HEADER, "none")
+            if len(self._traceback_rules) >= MAX_KEYS:
+                self._traceback_rules.clear()
+            found = self._traceback_rules[asked] = (event_class, rule)
+        return found
 
     # -- report ------------------------------------------------------------------------------
 

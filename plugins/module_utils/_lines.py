@@ -103,8 +103,10 @@ def clean(raw: bytes | str) -> list[str]:
         text = text[:MAX_LINE_CHARS] + LINE_CUT_NOTE.format(len(text) - MAX_LINE_CHARS)
     if "\x1b" in text:
         text = _ANSI.sub("", text)
-    text = _CONTROL.sub("", text).rstrip()
-    glued = _BAR_WITH_TAIL.match(text) if "/" in text else None
+    if not text.isprintable():
+        text = _CONTROL.sub("", text)
+    text = text.rstrip()
+    glued = _BAR_WITH_TAIL.match(text) if "/" in text and ("%|" in text or "Completed |" in text) else None
     if glued and ("%|" in glued.group(1) or "Completed |" in glued.group(1)):
         return [glued.group(1), glued.group(2)]
     return [text]
@@ -133,7 +135,8 @@ def _strip_engine_prefixes(line: ParsedLine, rest: str) -> str:
     while rest[:1] in _PREFIX_OPENERS:
         match = _SGLANG_PREFIX.match(rest)
         if match:
-            line.timestamp = " ".join(part for part in match.group(1, 2) if part)
+            day, clock = match.group(1, 2)
+            line.timestamp = f"{day} {clock}" if day else clock
             line.rank = match.group(3).strip() or line.rank
         elif (match := _WORKER_PREFIX.match(rest)) is not None:
             line.rank = f"rank{match.group(2)}" if match.group(2) else f"pid{match.group(3)}"
