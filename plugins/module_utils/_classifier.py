@@ -242,7 +242,10 @@ class _OpenTraceback:
     def add_frame(self, number: int, text: str) -> None:
         """A frame line that parsing leaves as it is (see Scanner._add_frame)."""
         self._last, self._last_frame = None, (number, text)
-        self._append(text)
+        if len(self.lines) < MAX_TRACEBACK_LINES:
+            self.lines.append(text)
+        else:
+            self._append(text)
 
     def _append(self, text: str) -> None:
         if len(self.lines) < MAX_TRACEBACK_LINES:
