@@ -266,8 +266,42 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
             "unrecognized": list(wait.get("unrecognized") or []),
             "last_lines": list(wait.get("last_lines") or []),
         },
-        "traffic": _mapping(deploy.get("traffic")),
+        "traffic": _traffic(deploy.get("traffic")),
     }
+
+
+def _traffic(value: t.Any) -> dict[str, t.Any]:
+    """The traffic section with its figures as numbers and its flags as booleans, whichever
+    ansible-core templated them (some versions hand set_fact's values over as text)."""
+    traffic = _mapping(value)
+    if not traffic:
+        return {}
+    drain = _mapping(traffic.get("drain"))
+    if drain:
+        drain.update(
+            seconds=_number_or_none(drain.get("seconds")),
+            load_status=_whole_or_none(drain.get("load_status")),
+            running_at_stop=_whole_or_none(drain.get("running_at_stop")),
+            timed_out=_flag(drain.get("timed_out")),
+        )
+    flags: dict[str, bool] = {name: _flag(traffic[name]) for name in ("removed", "restored") if name in traffic}
+    return {**traffic, **flags, "drain": drain}
+
+
+def _flag(value: t.Any) -> bool:
+    return value.strip().lower() in ("true", "yes", "1") if isinstance(value, str) else bool(value)
+
+
+def _number_or_none(value: t.Any) -> float | None:
+    try:
+        return None if value in (None, "", "None") else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _whole_or_none(value: t.Any) -> int | None:
+    number = _number_or_none(value)
+    return None if number is None or number != int(number) else int(number)
 
 
 def _smoke(observed: Observed) -> dict[str, t.Any]:

@@ -132,8 +132,16 @@ def inotify_instances_in_use() -> int:
     count = 0
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
         with contextlib.suppress(OSError):
-            count += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+            count += sum(1 for fd in list(fd_dir.iterdir()) if _link(fd) == "anon_inode:inotify")
     return count
+
+
+def _link(path: Path) -> str:
+    """Where a /proc fd points; empty when it was closed meanwhile (the listing's own fd is)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 def ensure_inotify_instances(hosts: int) -> None:

@@ -168,10 +168,23 @@ def test_hang_stays_active_but_never_healthy(fleet: Fleet, host: str) -> None:
     assert fleet.unit_property(host, "NRestarts") == "0"
 
 
+def unused_net(own: str) -> str:
+    """A network for a second fleet that no fleet on this machine routes: fleets of other test lanes
+    run side by side, so it is derived from this fleet's own network, then the next free one."""
+    routes = subprocess.run(["ip", "-o", "route"], capture_output=True, text=True, check=True).stdout
+    start = int(own.split(".")[1])
+    for step in range(40, 96):
+        net = f"10.{(start - 200 + step) % 56 + 200}"
+        if not any(line.startswith(f"{net}.") for line in routes.splitlines()):
+            return net
+    raise AssertionError("no free 10.200-10.255 network for a second fleet")
+
+
 def test_second_fleet_cleans_stale_run_and_leaves_nothing(fleet: Fleet, tmp_path: Path) -> None:
     """A fleet left running by a finished process is cleaned when the next one starts; down() leaves nothing."""
     other_dir = tmp_path / "fleet2"
-    env = {"INFEROPS_FLEET_DIR": str(other_dir), "INFEROPS_FLEET_NET": "10.214"}
+    other_net = unused_net(fleet.net)
+    env = {"INFEROPS_FLEET_DIR": str(other_dir), "INFEROPS_FLEET_NET": other_net}
     cli = subprocess.run(
         [sys.executable, "-m", "tests.harness.fleet", "up", "1"],
         env={**fleet.ansible_env(), **env},
@@ -182,10 +195,10 @@ def test_second_fleet_cleans_stale_run_and_leaves_nothing(fleet: Fleet, tmp_path
         cwd=Path(__file__).resolve().parents[2],
     )
     assert cli.returncode == 0, cli.stderr
-    stale = Fleet(fleet_dir=other_dir, net="10.214")
+    stale = Fleet(fleet_dir=other_dir, net=other_net)
     assert stale.hosts == ["sim1"] and stale.leftovers()
     stale_pid = int((other_dir / "run" / "sim1.pid").read_text())
-    with Fleet(fleet_dir=other_dir, net="10.214").up(1) as second:
+    with Fleet(fleet_dir=other_dir, net=other_net).up(1) as second:
         assert not pid_is_nspawn(stale_pid, f"ifo{second.tag}-sim1")
         assert second.ssh("sim1", "hostname").stdout.strip() == "sim1"
     assert not second.leftovers()

@@ -184,7 +184,7 @@ def test_a_topology_with_two_rank_0_hosts_is_refused_before_anything_restarts(to
     inventory = topology.write_inventory({**topology.ranks, "sim2": 0}, "two-rank-0.ini")
     run = run_playbook(PLAYBOOK, extra_vars=QUICK, inventory=inventory)
     assert run.returncode != 0, run
-    assert "Refusing the deployments before anything restarts: deployment dsr1: sim1 and sim2 all have node rank 0" in run.output
+    assert "Refusing the deployments before anything restarts: deployment dsr1: sim1 and sim2 all have node rank 0" in run.flat
     assert "Restart | Stop the unit" not in run.output
     assert {host: topology.invocation(host) for host in before} == before
 
@@ -194,7 +194,7 @@ def test_a_change_to_deploy_on_a_deployment_is_refused_before_anything_restarts(
     change = {"sglang_restart_dropin_content": "[Service]\nEnvironment=SIM_SPEED=0.2\n"}
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, **change}, inventory=topology.inventory)
     assert run.returncode != 0, run
-    assert "sglang_restart_dropin_content given for a node of the multi-node deployment dsr1" in run.output
+    assert "sglang_restart_dropin_content given for a node of the multi-node deployment dsr1" in run.flat
     assert "Restart | Stop the unit" not in run.output and "Deploy |" not in run.output
     assert {host: topology.invocation(host) for host in before} == before
 

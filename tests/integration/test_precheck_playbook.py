@@ -162,7 +162,7 @@ def test_unknown_error_passes_unless_strict(fleet: Fleet, host: str, run_playboo
 def test_unit_that_does_not_exist_is_refused(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """A unit name that does not exist: a clear refusal, reported (unit_not_found), non-zero exit."""
     run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_unit": "no-such-server.service", "sglang_precheck_report_dir": str(tmp_path)})
-    out = run.output
+    out = run.flat
     assert run.returncode != 0, run
     assert f"Refusing to check no-such-server.service on {host}: there is no such systemd unit (LoadState=not-found)" in out
     assert f"{host} no-such-server.service: precheck FAIL (unit_not_found)" in out

@@ -145,7 +145,7 @@ def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[
     nothing restarted anywhere."""
     before = start_all(fleet, hosts)
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_unit": "no-such-server.service", "sglang_restart_report_dir": str(tmp_path)})
-    out = run.output
+    out = run.flat
     assert run.returncode != 0, run
     assert f"Refusing to restart no-such-server.service on {hosts[0]}: there is no such systemd unit (LoadState=not-found)" in out
     assert "Nothing was stopped or started" in out

@@ -79,7 +79,7 @@ def test_a_mistake_is_refused_before_anything_is_touched(fleet: Fleet, running: 
     before = fleet.unit_property(running, "InvocationID")
     run = run_playbook(RESTART, extra_vars={**QUICK, **variables, "sglang_restart_report_dir": str(tmp_path)}, limit=running)
     assert run.returncode != 0, run
-    assert_refused(run.output, running, reason, message, f"{variables.get('sglang_restart_unit', UNIT) or '(no unit)'}: ")
+    assert_refused(run.flat, running, reason, message, f"{variables.get('sglang_restart_unit', UNIT) or '(no unit)'}: ")
     assert fleet.unit_property(running, "InvocationID") == before
     report = json.loads((tmp_path / f"{running}.json").read_text())
     assert (report["verdict"], report["reason"], report["failed_stage"]) == ("fail", reason, "validate")
@@ -90,7 +90,7 @@ def test_the_precheck_refuses_the_same_way(fleet: Fleet, running: str, run_playb
     before = fleet.unit_property(running, "InvocationID")
     run = run_playbook(PRECHECK, extra_vars={"sglang_precheck_health_url": "http://169.254.169.254/"}, limit=running)
     assert run.returncode != 0, run
-    assert_refused(run.output, running, "invalid_options", "sglang_precheck_health_url must point at the target itself", f"{UNIT}: precheck ")
+    assert_refused(run.flat, running, "invalid_options", "sglang_precheck_health_url must point at the target itself", f"{UNIT}: precheck ")
     assert fleet.unit_property(running, "InvocationID") == before
 
 
@@ -102,7 +102,7 @@ def test_a_typo_on_a_later_host_stops_the_rolling_restart_before_the_canary(flee
     inventory.write_text(json.dumps({"all": {"hosts": {last: {"sglang_restart_health_successes": 0}}}}))
     before = fleet.unit_property(running, "InvocationID")
     run = run_playbook(RESTART, "-i", str(inventory), extra_vars=QUICK)
-    out = run.output
+    out = run.flat
     assert run.returncode != 0, run
     assert_refused(out, running, "invalid_options", f"sglang_restart_health_successes must be a whole number >= 1, got 0 (on {last})", f"{UNIT}: ")
     assert f"[{last}]" not in out

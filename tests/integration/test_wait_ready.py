@@ -243,7 +243,7 @@ def test_a_journal_gap_between_two_probes_is_reported(fleet: Fleet, host: str, r
     assert second["gap"] and "vacuumed" in second["gap"] and second["records"] > 0
 
 
-def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, host: str, ansible_bin: Path) -> None:
+def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, host: str, ansible_bin: Path, tmp_path: Path) -> None:
     """Ctrl-C on the controller in the middle of a long probe: nothing is left running on the host."""
     import os
     import signal
@@ -253,13 +253,15 @@ def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, host
     env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(Path(__file__).parents[2] / "ansible.cfg")}
     extra = json.dumps({**LIMITS, "poll_interval": 30, "stall_limit": 120, "budget": 120})
     cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(PLAYBOOK), "--limit", host, "-e", extra]
-    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    output = tmp_path / "playbook.out"
+    with output.open("wb") as out:
+        process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     probes = "pgrep -f -a python3 | grep -v sglang_sim | grep -v pgrep || true"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not fleet.ssh(host, probes).stdout.strip():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None and not fleet.ssh(host, probes).stdout.strip():
             time.sleep(0.5)
-        assert fleet.ssh(host, probes).stdout.strip(), "the probe never started"
+        assert fleet.ssh(host, probes).stdout.strip(), f"the probe never started (playbook rc {process.poll()}):\n{output.read_text()[-3000:]}"
         time.sleep(2)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=30)

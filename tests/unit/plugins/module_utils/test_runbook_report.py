@@ -161,3 +161,24 @@ def test_strict_mode_fails_on_unrecognized_lines() -> None:
     strict = precheck_report(probe=probe, options=options(strict=True))
     assert (strict["reason"], strict["strict"]) == ("unrecognized_strict", True)
     assert "Frobnicator returned error state 7" in strict["msg"]
+
+
+@pytest.mark.parametrize(
+    "drain",
+    [
+        {"seconds": "10.6", "load_status": "200", "running_at_stop": "0", "timed_out": "False"},
+        {"seconds": 10.6, "load_status": 200, "running_at_stop": 0, "timed_out": False},
+    ],
+)
+def test_the_drain_figures_are_numbers_whichever_way_ansible_templated_them(drain: dict[str, Any]) -> None:
+    traffic = {"removed": "True", "restored": True, "error": None, "drain": {"load_url": "http://127.0.0.1:30000/get_load", **drain}}
+    report = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})
+    expected = {"seconds": 10.6, "load_status": 200, "running_at_stop": 0, "timed_out": False}
+    assert report["traffic"]["drain"] == {"load_url": "http://127.0.0.1:30000/get_load", **expected}
+    assert report["traffic"]["removed"] is True and report["traffic"]["restored"] is True
+
+
+def test_a_drain_that_could_not_read_the_load_has_no_figure() -> None:
+    traffic = {"removed": False, "restored": False, "drain": {"seconds": "60.2", "load_status": "None", "running_at_stop": "", "timed_out": "True"}}
+    drain = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})["traffic"]["drain"]
+    assert (drain["load_status"], drain["running_at_stop"], drain["timed_out"]) == (None, None, True)
