@@ -91,6 +91,9 @@ _MASK_TEXT = {"path": "<path>", "hex": "<id>", "num": "<n>"}
 _MASK_REGEX = {"path": r"\S+", "hex": r"[0-9a-fA-Fx]+", "num": r"[-+]?[\d.]+"}
 _BAR_FIGURES = re.compile(r"(\d+)%.{0,512}?(\d+)/(\d+)")
 _SLUG = re.compile(r"[^a-z0-9]+")
+# an HTTP server's access line (uvicorn's, after its level): logged by another thread while a
+# scheduler prints a traceback, it interleaves with the traceback's lines and does not end it
+_HTTP_ACCESS = re.compile(r"\S+:\d+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}\b")
 
 
 def mask(message: str) -> str:
@@ -660,7 +663,7 @@ class Scanner:
 
     def _continue_traceback(self, traceback: _OpenTraceback, line: ParsedLine) -> bool:
         """Add the line to the open traceback if it belongs there; close the traceback when it ends."""
-        if line.stream != traceback.stream:
+        if line.stream != traceback.stream or (line.tagged and _HTTP_ACCESS.match(line.message)):
             return False
         if traceback.exception is not None:
             if line.chains_traceback() or not line.message.strip():

@@ -250,7 +250,10 @@ def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, host
     import subprocess
 
     fleet.set_scenario(host, SIM_SCENARIO="hang", SIM_PHASE="loading_weights", **FAST)
-    env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(Path(__file__).parents[2] / "ansible.cfg")}
+    # an ssh connection of its own: not one an earlier test cut
+    control = tmp_path / "cp"
+    control.mkdir()
+    env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(Path(__file__).parents[2] / "ansible.cfg"), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control)}
     extra = json.dumps({**LIMITS, "poll_interval": 30, "stall_limit": 120, "budget": 120})
     cmd = [str(ansible_bin / "ansible-playbook"), "-i", str(fleet.inventory), str(PLAYBOOK), "--limit", host, "-e", extra]
     output = tmp_path / "playbook.out"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.harness.fleet import booted_templates
@@ -15,6 +16,10 @@ def test_a_running_nspawn_keeps_its_template(tmp_path: Path) -> None:
     argv = ["systemd-nspawn", "-c", "import time; time.sleep(60)", "--boot", f"--directory={template}"]
     process = subprocess.Popen(argv, executable=sys.executable)
     try:
+        # until the child has exec'd, its cmdline is still this process's
+        deadline = time.monotonic() + 10
+        while template not in booted_templates() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert template in booted_templates()
     finally:
         process.kill()

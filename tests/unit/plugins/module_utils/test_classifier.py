@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, classify, classify_line, load_rules, suggest_rule
 from tests.figures import record
+from tests.unit.conftest import corpus_logs
 
 REPO = Path(__file__).resolve().parents[4]
 # the incident behind the project: a restart of a 548 GB model on 8 GPUs, journalctl -o short as the operator saw it
@@ -341,3 +342,16 @@ def test_one_huge_line_costs_what_its_first_16_kb_cost(size: int) -> None:
         assert len(event["message"]) < 16_500
         # was 18 s for 100 KB and more than 120 s for 1 MB; a generous bound, not a benchmark
         assert seconds < 5, (body[:4], seconds)
+
+
+def test_an_http_access_line_between_a_tracebacks_lines_does_not_cut_it_short() -> None:
+    """The HTTP server's thread logs its access lines while a scheduler prints its traceback (a crash
+    in the warmup, while health is probed): the traceback is still one event, with its exception."""
+    log = next(log for log in corpus_logs() if log.name == "sglang-nccl-02.log").body.splitlines()
+    header = next(number for number, line in enumerate(log) if "Scheduler hit an exception" in line)
+    health = '[2025-03-08 12:29:32] INFO:     10.0.2.141:37662 - "GET /health HTTP/1.1" 200 OK'
+    interleaved = [*log[: header + 1], health, *log[header + 1 : header + 3], health, *log[header + 3 :]]
+    plain = [event for event in classify("\n".join(log))["fatal"] if "traceback" in event]
+    mixed = [event for event in classify("\n".join(interleaved))["fatal"] if "traceback" in event]
+    assert mixed[0]["message"] == plain[0]["message"] == "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    assert mixed[0]["count"] == plain[0]["count"]
