@@ -227,15 +227,15 @@ ROLE_SPECS: dict[str, Spec] = {
         *("port", "stop_first", "release_timeout"),
         *("budget", "stall_limit", "stall_limits", "health_successes", "soak", "poll_interval", "heartbeat"),
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
-        *("report_dir", "allow_remote_health", "allow_remote_smoke"),
+        *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
         *DEPLOY_OPTIONS,
     ),
-    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health"),
+    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health", "redact"),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
 YAML_TEXT = ("extra_rules", "stall_limits")
-COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks")
+COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks", "redact")
 PORTS = (1, 65535)
 # URLs that must point at the target itself: (option, the option that allows another host, why not)
 TARGET_URLS = (

@@ -52,6 +52,11 @@ def start(fleet: Fleet, host: str, timeout: float = 60, **scenario: str) -> None
     raise AssertionError(f"{host}: the start did not end within {timeout} s")
 
 
+def stay_crashed(fleet: Fleet, host: str) -> None:
+    """No automatic restart while the test runs: a crash stays crashed, as a precheck finds it."""
+    fleet.ssh(host, f"mkdir -p {NO_RESTART_DIR} && printf '[Service]\\nRestart=no\\n' > {NO_RESTART} && systemctl daemon-reload")
+
+
 @pytest.fixture
 def host(fleet: Fleet) -> Iterator[str]:
     """The first host, simulator stopped, failed state and scenario cleared (before and after)."""
@@ -88,7 +93,7 @@ def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet,
     """The current invocation crashed (CUDA OOM while loading weights) and the unit failed: FAIL
     (unit_not_active) with the fatal message, non-zero exit, no restart (InvocationID, NRestarts and
     ActiveState unchanged); the report files carry the verdict and a JUnit failure."""
-    fleet.ssh(host, f"mkdir -p {NO_RESTART_DIR} && printf '[Service]\\nRestart=no\\n' > {NO_RESTART} && systemctl daemon-reload")
+    stay_crashed(fleet, host)
     start(fleet, host, SIM_SCENARIO="crash", SIM_FAILURE="cuda_oom")
     assert fleet.unit_property(host, "ActiveState") == "failed"
     before = fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "NRestarts")
@@ -112,6 +117,26 @@ def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet,
     failure = suites.find("./testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "unit_not_active"
     assert "CUDA out of memory" in (failure.text or "")
+
+
+def test_a_secret_the_server_prints_is_redacted_from_the_precheck(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """The server printed its API key in its arguments and in its fatal line: given as
+    sglang_precheck_redact (comma-separated text, as a survey sends it), the key is in no output
+    and no report; without it, the report would carry it (the check proves the line is there)."""
+    key = "sk-precheck-Zq4rWm8xTyLp"
+    stay_crashed(fleet, host)
+    start(fleet, host, SIM_SCENARIO="crash", SIM_FAILURE="scheduler_exception", SIM_API_KEY=key, SIM_LEAK_API_KEY="1")
+
+    bare = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_report_dir": str(tmp_path / "bare")})
+    assert key in (tmp_path / "bare" / f"{host}.precheck.json").read_text(), bare
+
+    extra = {"sglang_precheck_report_dir": str(tmp_path / "redacted"), "sglang_precheck_redact": f"{key}, unused"}
+    run = run_playbook(PLAYBOOK, "-vvv", limit=host, extra_vars=extra)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: precheck FAIL (unit_not_active)" in run.output
+    report = (tmp_path / "redacted" / f"{host}.precheck.json").read_text()
+    assert key not in run.output and key not in report
+    assert "[redacted]" in json.dumps(json.loads(report)["fatal"])
 
 
 def test_health_503_fails_with_health_failed(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
