@@ -72,11 +72,11 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         role = args["role"]
         host = str(task_vars.get("inventory_hostname", "this host"))
-        self._base_dir = str(task_vars.get("playbook_dir") or ".")
+        base_dir = str(task_vars.get("playbook_dir") or ".")
         rules = RulesOnce()
-        problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, rules)
+        problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, rules, base_dir)
         others = [name for name in args["hosts"] if name != host]
-        other_problems, other_rule_lines = self._check_others(role, others, task_vars, rules, set(problems + rule_lines))
+        other_problems, other_rule_lines = self._check_others(role, others, task_vars, rules, set(problems + rule_lines), base_dir)
         node, topology_problems = deployment_node(host, task_vars)
         problems += not_for_multi_node(role, node, values)
         every = problems + other_problems + topology_problems + rule_lines + other_rule_lines
@@ -93,7 +93,7 @@ class ActionModule(ActionBase):
         result.update(changed=False, options=public, node=node, msg=f"{role}: every variable and rule checked ({1 + len(others)} host(s))")
         return result
 
-    def _check(self, role: str, lookup: Lookup, has: t.Callable[[str], bool], rules: RulesOnce) -> tuple[list[str], list[str], dict[str, t.Any]]:
+    def _check(self, role: str, lookup: Lookup, has: t.Callable[[str], bool], rules: RulesOnce, base_dir: str) -> tuple[list[str], list[str], dict[str, t.Any]]:
         """(option problems, rule problems, converted values) of one host."""
         given: dict[str, t.Any] = {}
         problems: list[str] = []
@@ -106,10 +106,12 @@ class ActionModule(ActionBase):
             except AnsibleError as exc:
                 shown = "" if option.get("no_log") else f": {exc.message}"
                 problems.append(f"{variable} cannot be templated{shown}")
-        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules, getattr(self, "_base_dir", "."))
+        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules, base_dir)
         return problems + check.problems, check.rule_problems, check.values
 
-    def _check_others(self, role: str, hosts: list[str], task_vars: t.Mapping[str, t.Any], rules: RulesOnce, known: set[str]) -> tuple[list[str], list[str]]:
+    def _check_others(
+        self, role: str, hosts: list[str], task_vars: t.Mapping[str, t.Any], rules: RulesOnce, known: set[str], base_dir: str
+    ) -> tuple[list[str], list[str]]:
         """The other hosts' (option problems, rule problems) that this host does not share, each
         followed by the hosts it concerns."""
         hostvars = task_vars.get("hostvars") or {}
@@ -120,7 +122,7 @@ class ActionModule(ActionBase):
                 options.setdefault(f"{other} is not in the inventory", [])
                 continue
             variables = hostvars[other]
-            problems, rule_found, _values = self._check(role, variables.__getitem__, variables.__contains__, rules)
+            problems, rule_found, _values = self._check(role, variables.__getitem__, variables.__contains__, rules, base_dir)
             for found, into in ((problems, options), (rule_found, rule_lines)):
                 for problem in found:
                     if problem not in known:
@@ -149,8 +151,9 @@ class ActionModule(ActionBase):
         return names
 
 
-# what a multi-node deployment cannot do yet: its nodes would take a change, a drain or a rollback
-# one by one, without the gates that keep them together (docs/multinode.md)
+# what a multi-node deployment cannot do yet: its nodes would take a change, leave the router or run
+# drain hooks one by one, without the gates that keep them together (docs/multinode.md); waiting
+# for the running requests (load_url) is per node and stays
 NOT_FOR_MULTI_NODE = ("dropin_content", "dropin_template", "env_content", "env_template", "router_url", "drain_hooks", "restore_hooks")
 
 

@@ -12,7 +12,6 @@ ends the wait at once.
 from __future__ import annotations
 
 import os
-import re
 import time
 import typing as t
 
@@ -25,6 +24,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._options import 
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import RuleError, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import NAME
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
 display = Display()
@@ -32,13 +32,13 @@ display = Display()
 PROBE_MODULE = "inferops.runbooks.service_probe"
 ARGUMENT_SPEC = wait_argument_spec()
 TAIL_LINES = 20
-CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def channel_directory(name: str) -> str:
     """The directory of a deployment's channel: in Ansible's temporary directory of this run on the
     controller, which every worker process shares and Ansible removes when the run ends."""
-    if not CHANNEL_NAME.match(name or ""):
+    # a channel is named as a deployment is: it becomes a directory name
+    if not NAME.match(name or ""):
         raise ChannelError(f"channel {name!r} must be a name of letters, digits, '.', '_' and '-'")
     directory = os.path.join(C.DEFAULT_LOCAL_TMP, "inferops-deployments", name)
     try:

@@ -37,10 +37,14 @@ def deployments(hosts: t.Any, hostvars: t.Any, inventory_hosts: t.Any = None) ->
     return [deployment.as_dict() for deployment in found]
 
 
-def _deployment(value: t.Any) -> Deployment:
+def _deployment(value: t.Any, caller: str) -> Deployment:
+    wrong = f"{caller}: each input item must be a deployment from the deployments filter, got {value!r}"
     if not isinstance(value, t.Mapping) or not isinstance(value.get("nodes"), list):
-        raise AnsibleFilterError(f"deployment_rollout: each input item must be a deployment from the deployments filter, got {value!r}")
-    nodes = tuple(Node(str(node["host"]), int(node["rank"])) for node in value["nodes"])
+        raise AnsibleFilterError(wrong)
+    try:
+        nodes = tuple(Node(str(node["host"]), int(node["rank"])) for node in value["nodes"])
+    except (KeyError, TypeError, ValueError):
+        raise AnsibleFilterError(wrong) from None
     return Deployment(str(value.get("name")), nodes, bool(value.get("multi_node")))
 
 
@@ -50,7 +54,7 @@ def deployment_rollout(deployments: t.Any, batch_size: t.Any = 1, forks: t.Any =
         raise AnsibleFilterError(f"deployment_rollout: input must be the list the deployments filter returns, got {type(deployments).__name__}")
     try:
         size = int(batch_size)
-        return rollout([_deployment(item) for item in deployments], size, None if forks in (None, "") else int(forks))
+        return rollout([_deployment(item, "deployment_rollout") for item in deployments], size, None if forks in (None, "") else int(forks))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, TopologyError):
             raise AnsibleFilterError(f"Refusing the rollout before anything restarts: {exc}") from None
@@ -62,7 +66,7 @@ def deployment_node(deployments: t.Any, host: t.Any) -> dict[str, t.Any]:
     if not isinstance(deployments, list):
         raise AnsibleFilterError(f"deployment_node: input must be the list the deployments filter returns, got {type(deployments).__name__}")
     for item in deployments:
-        found = _deployment(item)
+        found = _deployment(item, "deployment_node")
         if any(node.host == host for node in found.nodes):
             return found.node_of(str(host))
     raise AnsibleFilterError(f"deployment_node: {host} is in none of the deployments ({', '.join(str(item.get('name')) for item in deployments)})")

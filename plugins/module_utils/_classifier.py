@@ -54,7 +54,6 @@ TEXT_CHUNK = 1 << 22
 REDACTED = "[redacted]"
 
 _DIGIT_MASK = bytes.maketrans(b"0123456789", b"0000000000")
-# Shape-cache decisions: only count the line, keep it as the latest bar state, apply its rule, or count a blob.
 # Shape-cache decisions: only count the line, keep it as the latest bar state, apply its rule, count
 # a blob, or open a traceback.
 _COUNT, _BAR, _RULED, _BLOB_KIND, _OPENS_KIND = "count", "bar", "ruled", "blob", "opens"
@@ -245,10 +244,7 @@ class _OpenTraceback:
     def add_frame(self, number: int, text: str) -> None:
         """A frame line that parsing leaves as it is (see Scanner._add_frame)."""
         self._last, self._last_frame = None, (number, text)
-        if len(self.lines) < MAX_TRACEBACK_LINES:
-            self.lines.append(text)
-        else:
-            self._append(text)
+        self._append(text)
 
     def _append(self, text: str) -> None:
         if len(self.lines) < MAX_TRACEBACK_LINES:
@@ -343,7 +339,7 @@ class Scanner:
         self._scan_block(chunk[:complete])
 
     def feed_records(self, records: t.Iterable[t.Mapping[str, t.Any]]) -> None:
-        """Feed journal records (``journalctl -o json`` objects)."""
+        """Feed journal records (``journalctl -o export`` or ``-o json`` records, as dicts)."""
         for record in records:
             pid = record.get("_PID")
             self.feed_line(record_message(record), str(pid) if pid else None)

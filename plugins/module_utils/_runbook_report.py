@@ -340,7 +340,8 @@ def _restart_outcome(
         return {"verdict": "skipped", "reason": "check_mode", "msg": "check mode: nothing was restarted"}
     if not wait.get("verdict"):
         return {"verdict": "fail", "reason": "wait_error", "msg": _text(wait.get("msg")).strip() or "the wait ended without a verdict"}
-    if wait["verdict"] == "pass" and smoke["enabled"] and not smoke["passed"]:
+    # passed is None when the smoke test did not run: a node of rank >= 1 sends none (node 0 does)
+    if wait["verdict"] == "pass" and smoke["enabled"] and smoke["passed"] is False:
         answer = f"HTTP {smoke['status']}" if smoke["status"] not in (None, -1) else "no answer"
         detail = f" - {smoke['msg']}" if smoke["msg"] else ""
         return {"verdict": "fail", "reason": "smoke_failed", "msg": f"smoke test: {answer} from {smoke['url']}{detail}"}

@@ -9,7 +9,7 @@ module: journal_scan
 short_description: Classify a systemd unit's journal for an inference server's start
 version_added: 0.1.0
 description:
-  - Reads a unit's journal records with C(journalctl -o json) and classifies every line with the collection's
+  - Reads a unit's journal records with C(journalctl -o export) and classifies every line with the collection's
     rules into fatal errors, allowlisted noise, unrecognised warnings, start phases, progress bars and the ready marker.
   - Reads the unit's current invocation by default (C(_SYSTEMD_INVOCATION_ID) from C(systemctl show -p InvocationID)),
     or another invocation, or every invocation; optionally only the records after a cursor or since a time.

@@ -8,7 +8,8 @@ Every node's wait runs in its own Ansible worker process, at the same time as th
 writes its state (``NodeState``: waiting, ready, passed or failed, with its reason and its first
 fatal line) to ``<directory>/<host>.json`` whenever it changes, and reads the other nodes' files
 between probes. A file is replaced whole (written aside, then renamed), so a reader never sees
-half of one. The directory is the run's own: the role creates it for each batch and removes it.
+half of one. The directory is the batch's own (named by the role for each batch); the wait action
+makes it in Ansible's temporary directory of the run, which Ansible removes when the run ends.
 """
 
 from __future__ import annotations

@@ -273,6 +273,27 @@ def test_check_diff_shows_the_change_and_touches_nothing(fleet: Fleet, hosts: li
     assert router.calls == []
 
 
+def test_an_environment_file_keeps_its_mode_and_its_secrets_stay_out_of_the_diff(
+    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """An environment file that exists with mode 0600 and holds a token: --check --diff shows the
+    drop-in's change but not the environment file's content; the real run writes it and keeps 0600."""
+    host = hosts[0]
+    start_with(fleet, [host])
+    fleet.ssh(host, f"mkdir -p /etc/sglang && printf 'HF_TOKEN=hf_old_Wq8z\\n' > {ENV_FILE} && chmod 0600 {ENV_FILE}")
+    change = {"sglang_restart_dropin_content": NEW_DROPIN, "sglang_restart_env_file": ENV_FILE, "sglang_restart_env_content": "HF_TOKEN=hf_new_Xk3v\n"}
+    run = run_playbook(PLAYBOOK, "--check", "--diff", extra_vars=deploy_vars(router, tmp_path, **change), limit=host)
+    out = flat(run.output)
+    assert run.returncode == 0, run
+    assert f"+EnvironmentFile={ENV_FILE}" in out
+    assert "hf_old_Wq8z" not in out and "hf_new_Xk3v" not in out
+    run = run_playbook(PLAYBOOK, "--diff", extra_vars=deploy_vars(router, tmp_path, **change), limit=host)
+    assert run.returncode == 0, run
+    assert "hf_old_Wq8z" not in run.output and "hf_new_Xk3v" not in run.output
+    assert fleet.ssh(host, f"stat -c %a {ENV_FILE}").stdout.strip() == "600"
+    assert read_file(fleet, host, ENV_FILE) == "HF_TOKEN=hf_new_Xk3v\n"
+
+
 def test_a_drop_in_that_breaks_the_unit_is_caught_before_the_stop(
     fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
 ) -> None:

@@ -104,6 +104,14 @@ def test_a_failed_smoke_test_fails_the_restart() -> None:
     assert restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": []}})["reason"] == "smoke_failed"
 
 
+def test_a_node_that_sends_no_smoke_test_passes_on_its_wait() -> None:
+    """A node of rank >= 1 of a multi-node deployment: the smoke test goes through node 0 only, the
+    node's own task is skipped, and its verdict is its wait's."""
+    report = restart_report(options=options(smoke_test=True), smoke={"changed": False, "skipped": True, "false_condition": "sglang_restart__node.rank == 0"})
+    assert (report["verdict"], report["reason"]) == ("pass", "ready")
+    assert report["smoke_test"]["passed"] is None
+
+
 def test_unknown_role_is_refused() -> None:
     with pytest.raises(ValueError, match="role must be one of sglang_restart, sglang_precheck"):
         runbook_report({}, "sglang_rollback")
