@@ -260,12 +260,16 @@ def test_the_remote_probe_stops_when_the_controller_goes_away(fleet: Fleet, host
     with output.open("wb") as out:
         process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     probes = "pgrep -f -a python3 | grep -v sglang_sim | grep -v pgrep || true"
+    # the long poll, not the short first probe that pins the invocation: it follows the journal for 30 s
+    long_poll = "pgrep -f -a 'journalctl --follow' || true"
     try:
         # the restart and the first probe can take minutes when both test lanes load the machine
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None and not fleet.ssh(host, probes).stdout.strip():
+        polling = ""
+        while time.monotonic() < deadline and process.poll() is None and not polling:
             time.sleep(0.5)
-        assert fleet.ssh(host, probes).stdout.strip(), f"the probe never started (playbook rc {process.poll()}):\n{output.read_text()[-3000:]}"
+            polling = fleet.ssh(host, long_poll).stdout.strip()
+        assert polling, f"the long poll never started (playbook rc {process.poll()}):\n{output.read_text()[-3000:]}"
         time.sleep(2)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=30)
