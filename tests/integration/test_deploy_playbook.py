@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.fleet import Fleet
+from tests.harness.fleet import SCENARIO_FILE, Fleet
 from tests.harness.router_stub import RouterStub
 from tests.integration.conftest import QUICK as ROLE_QUICK
 from tests.integration.conftest import RunPlaybook, RunRunner, flat
@@ -324,3 +324,25 @@ def test_a_drop_in_that_breaks_the_unit_is_caught_before_the_stop(
     assert invocation(fleet, host) == before[host]
     assert read_file(fleet, host, DROPIN) == OLD_DROPIN
     assert router.calls == []
+
+
+def test_a_second_run_of_the_role_in_the_play_decides_on_its_own_outcome(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A deploy that passed, then the role again on the same host with nothing to deploy and a start
+    that crashes: the second run fails as a plain failed restart; it does not roll back a change it
+    never applied (the first run's facts are forgotten)."""
+    start_with(fleet, [host])
+    new_dropin = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL}\n"
+    crash = "".join(f"{key}={value}\n" for key, value in {**FAST, "SIM_SCENARIO": "crash", "SIM_PHASE": "loading_weights"}.items())
+    run = run_playbook(
+        Path(__file__).parent / "playbooks" / "restart_twice.yml",
+        extra_vars={**QUICK, "report_dir": str(tmp_path), "new_dropin": new_dropin, "scenario_file": SCENARIO_FILE, "crash_scenario": crash},
+        limit=host,
+    )
+    assert run.returncode != 0, run
+    first, second = report(tmp_path / "first", host), report(tmp_path / "second", host)
+    assert first["verdict"] == "pass" and first["state"] == "new_configuration", first
+    assert second["verdict"] == "fail" and second["state"] == "failed", second
+    rollback = second.get("rollback") or {}
+    assert isinstance(rollback, dict) and not rollback.get("restarted"), rollback
+    # the first run's configuration stays: the second run had nothing to put back
+    assert read_file(fleet, host, DROPIN) == new_dropin
