@@ -203,6 +203,15 @@ def cut(text: t.Any, limit: int) -> str:
     return head + "..."
 
 
+def _drain_line(drain: t.Mapping[str, t.Any]) -> str:
+    running, status = drain.get("running_at_stop"), drain.get("load_status")
+    timed_out = " (drain timeout reached)" if drain.get("timed_out") else ""
+    if running is not None:
+        return f"drain: {running} request(s) running at the stop, after {drain.get('seconds')} s{timed_out}"
+    answer = "no answer" if status in (None, -1) else f"HTTP {status}"
+    return f"drain: running requests not known at the stop ({drain.get('load_url')}: {answer}), after {drain.get('seconds')} s{timed_out}"
+
+
 def summary_lines(report: Report, report_dir: str = "") -> list[str]:
     """One screen per host: the verdict first, then the evidence."""
     form = form_of(report)
@@ -250,9 +259,7 @@ def deploy_lines(report: Report) -> list[str]:
             lines.append(f"router: {worker} not registered with {router}, left alone")
     drain = traffic.get("drain") or {}
     if drain:
-        running = drain.get("running_at_stop")
-        timed_out = " (drain timeout reached)" if drain.get("timed_out") else ""
-        lines.append(f"drain: {'unknown' if running is None else running} request(s) running at the stop, after {drain.get('seconds')} s{timed_out}")
+        lines.append(_drain_line(drain))
     if traffic.get("error"):
         lines.append(f"traffic: {cut(traffic['error'], MSG_LIMIT)}")
     rollback = report.get("rollback") or {}

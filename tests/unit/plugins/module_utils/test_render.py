@@ -192,3 +192,27 @@ def test_a_mapping_that_is_no_report_is_refused() -> None:
 @pytest.mark.parametrize(("text", "limit", "expected"), [("short", 10, "short"), ("a b c d e f g h", 6, "a..."), ("x" * 20, 10, "x" * 7 + "...")])
 def test_cut(text: str, limit: int, expected: str) -> None:
     assert cut(text, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("drain", "expected"),
+    [
+        ({"seconds": 1.2, "load_status": 200, "running_at_stop": 0, "timed_out": False}, "drain: 0 request(s) running at the stop, after 1.2 s"),
+        (
+            {"seconds": 60.1, "load_status": 200, "running_at_stop": 3, "timed_out": True},
+            "drain: 3 request(s) running at the stop, after 60.1 s (drain timeout reached)",
+        ),
+        (
+            {"seconds": 0.6, "load_status": -1, "running_at_stop": None, "timed_out": False},
+            "drain: running requests not known at the stop (http://127.0.0.1:30000/get_load: no answer), after 0.6 s",
+        ),
+        (
+            {"seconds": 0.4, "load_status": 404, "running_at_stop": None, "timed_out": False},
+            "drain: running requests not known at the stop (http://127.0.0.1:30000/get_load: HTTP 404), after 0.4 s",
+        ),
+    ],
+)
+def test_the_drain_line_says_what_the_load_endpoint_answered(drain: dict[str, Any], expected: str) -> None:
+    traffic = {"removed": False, "restored": False, "drain": {"load_url": "http://127.0.0.1:30000/get_load", **drain}}
+    report = restart_report(deploy={"state": "restarted", "restart_needed": True, "traffic": traffic})
+    assert expected in summary_lines(report, None)
