@@ -263,6 +263,26 @@ def test_free_strategy_with_fewer_forks_than_hosts(fleet: Fleet, hosts: list[str
     record(f"\nstrategy free, --forks 2, 3 hosts: waits shown in order {[host for host, _lines in itertools.groupby(waits)]}, at most {most} at once")
 
 
+def test_free_strategy_when_the_last_host_fails_first(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """Under the free strategy the last host of the play crashes at once while the others still
+    wait: each host still gets its own report and verdict (the end-of-play fleet summary once broke
+    the hosts that reached it while others had no report yet, and its failure, run once, was passed
+    on to the waiting hosts)."""
+    chosen = hosts[:3]
+    slow = {**FAST, "SIM_SPEED": "0.5"}
+    for host in chosen[:2]:
+        fleet.set_scenario(host, **slow)
+        fleet.ssh(host, f"systemctl start {UNIT}")
+    fleet.set_scenario(chosen[2], **FAST, SIM_SCENARIO="crash", SIM_PHASE="loading_weights")
+    fleet.ssh(chosen[2], f"systemctl start {UNIT}")
+
+    run = run_playbook(FREE_PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(tmp_path)}, limit=",".join(chosen))
+    assert run.returncode != 0, run
+    reports = {host: json.loads((tmp_path / f"{host}.json").read_text()) for host in chosen if (tmp_path / f"{host}.json").exists()}
+    assert {host: report["verdict"] for host, report in reports.items()} == dict(zip(chosen, ["pass", "pass", "fail"])), run
+    assert "ansible_failed_task" not in run.output and "HostVarsVars" not in run.output, run
+
+
 VAULTED_KEY = "sk-vault-k3y-Qz8wXhm2Pf7rTbLc"
 
 
