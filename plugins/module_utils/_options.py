@@ -181,9 +181,11 @@ ROLE_ONLY_OPTIONS: Spec = {
     "stop_first": {"type": "bool", "default": True},
     "release_timeout": {"type": "int", "default": 120},
     "api_key": {"type": "str", "default": "", "no_log": True},
-    "smoke_test": {"type": "bool", "default": False},
+    # None: on for the engines whose health endpoint does not generate (SMOKE_BY_DEFAULT), off otherwise
+    "smoke_test": {"type": "bool", "default": None},
     "smoke_url": {"type": "str", "default": DEFAULT_SMOKE_URL},
-    "smoke_model": {"type": "str", "default": "default"},
+    # "": the first model the server lists at /v1/models (the smoke test asks it first)
+    "smoke_model": {"type": "str", "default": ""},
     "smoke_timeout": {"type": "int", "default": 60},
     "report_dir": {"type": "str", "default": ""},
     "allow_remote_health": {"type": "bool", "default": False},
@@ -207,6 +209,9 @@ ROLE_ONLY_OPTIONS: Spec = {
     "drain_hooks": {"type": "list", "elements": "str", "default": []},
     "restore_hooks": {"type": "list", "elements": "str", "default": []},
 }
+# vLLM's /health answers 200 while the engine cannot generate (a model its CPU attention does not
+# support dies on the first request): its gates generate one token unless told not to
+SMOKE_BY_DEFAULT = ("vllm",)
 DEPLOY_OPTIONS = (
     *("dropin_name", "dropin_content", "dropin_template", "env_file", "env_content", "env_template"),
     *("force_restart", "verify_unit", "rollback"),
@@ -283,6 +288,8 @@ def check_role_values(
             values[name] = value
         else:
             problems.append(f"{prefix}{name} {problem}")
+    if "smoke_test" in values and values["smoke_test"] is None:
+        values["smoke_test"] = values.get("engine") in SMOKE_BY_DEFAULT
     problems.extend(wait_option_problems({name: values[name] for name in WAIT_OPTIONS if name in values}, prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))
     if role == "sglang_restart":
@@ -318,6 +325,8 @@ def convert(name: str, value: t.Any, option: t.Mapping[str, t.Any], parse_yaml: 
     kind = option.get("type", "raw")
     if value is None:
         value = option.get("default")
+    if value is None and "default" in option and option["default"] is None:
+        return None, None  # unset, and its default is decided from other options (smoke_test)
     if isinstance(value, str) and kind in ("list", "dict"):
         if name in COMMA_TEXT:
             value = [item.strip() for item in value.split(",") if item.strip()]

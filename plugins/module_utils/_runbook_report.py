@@ -190,8 +190,12 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     before = _mapping(observed.get("before"))
     failure = _failure(observed)
     smoke = _smoke(observed)
+    # a start that was ready and failed its smoke test: this invocation's journal read again after the
+    # request (tasks/smoke.yml) holds the wait's lines and why the request failed
+    after_smoke = _mapping(observed.get("smoke_journal"))
+    journal = after_smoke if smoke["passed"] is False and "fatal" in after_smoke else wait
     deploy = _mapping(observed.get("deploy"))
-    outcome = _deploy_outcome(deploy, failure, observed, _restart_outcome(observed, wait, before, failure, smoke))
+    outcome = _deploy_outcome(deploy, failure, observed, _restart_outcome(observed, wait, before, failure, smoke, journal))
     return {
         **_named("sglang_restart", observed, outcome, failure),
         "failed_stage": failure.get("stage") if failure else None,
@@ -203,14 +207,14 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
         "invocation_id": _text(wait.get("invocation_id")),
         "restarts": wait.get("restarts", 0),
         **_node(observed),
-        "first_fatal": wait.get("first_fatal"),
+        "first_fatal": wait.get("first_fatal") if journal is wait else _first_fatal(journal.get("fatal")),
         "ended_at": wait.get("ended_at"),
         "lines": wait.get("lines"),
         "phase": wait.get("phase"),
         "progress": wait.get("progress"),
         "timeline": list(wait.get("timeline") or []),
         "health": _with_url(wait.get("health"), _text(_setting(observed, "health_url", ""))),
-        **_evidence(wait, wait.get("last_lines"), wait.get("journal_gaps")),
+        **_evidence(journal, journal.get("last_lines"), wait.get("journal_gaps")),
         "smoke_test": smoke,
         "budget": _setting(observed, "budget", None),
         **_deploy_sections(deploy, observed),
@@ -324,7 +328,12 @@ def _smoke(observed: Observed) -> dict[str, t.Any]:
 
 
 def _restart_outcome(
-    observed: Observed, wait: dict[str, t.Any], before: dict[str, t.Any], failure: dict[str, t.Any] | None, smoke: dict[str, t.Any]
+    observed: Observed,
+    wait: dict[str, t.Any],
+    before: dict[str, t.Any],
+    failure: dict[str, t.Any] | None,
+    smoke: dict[str, t.Any],
+    journal: t.Mapping[str, t.Any] | None = None,
 ) -> dict[str, str]:
     if failure is not None:
         stage = _text(failure.get("stage"))
@@ -344,7 +353,11 @@ def _restart_outcome(
     if wait["verdict"] == "pass" and smoke["enabled"] and smoke["passed"] is False:
         answer = f"HTTP {smoke['status']}" if smoke["status"] not in (None, -1) else "no answer"
         detail = f" - {smoke['msg']}" if smoke["msg"] else ""
-        return {"verdict": "fail", "reason": "smoke_failed", "msg": f"smoke test: {answer} from {smoke['url']}{detail}"}
+        fatal = list((journal or {}).get("fatal") or [])
+        first = _mapping(fatal[0]) if fatal else {}
+        unit = _text(_setting(observed, "unit", "the unit"))
+        why = f"; then a fatal line in {unit}'s journal: {_text(first.get('message'))}" if first else ""
+        return {"verdict": "fail", "reason": "smoke_failed", "msg": f"smoke test: {answer} from {smoke['url']}{detail}{why}"}
     return {
         "verdict": _text(wait["verdict"]),
         "reason": _text(wait.get("reason")) or "unknown",

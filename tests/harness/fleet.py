@@ -344,9 +344,17 @@ class Fleet:
     """N systemd hosts booted with systemd-nspawn, reachable by SSH as root; see module doc."""
 
     def __init__(
-        self, fleet_dir: Path | str | None = None, cache_dir: Path | str | None = None, net: str | None = None, simulator_dir: Path | str | None = None
+        self,
+        fleet_dir: Path | str | None = None,
+        cache_dir: Path | str | None = None,
+        net: str | None = None,
+        simulator_dir: Path | str | None = None,
+        binds: Sequence[Path | str] = (),
     ) -> None:
         self.dir = Path(fleet_dir) if fleet_dir else default_fleet_dir()
+        # directories of the machine every host sees read-only at the same path (a real server's
+        # venv and the interpreter it links to, its models: tests/harness/real_vllm.py)
+        self.binds = tuple(Path(p) for p in binds)
         self.cache = RootfsCache(Path(cache_dir) if cache_dir else None)
         self.net = net or os.environ.get("INFEROPS_FLEET_NET", DEFAULT_NET)
         self.simulator_dir = Path(simulator_dir) if simulator_dir else SIMULATOR_DIR
@@ -653,6 +661,7 @@ class Fleet:
             "--link-journal=no",
             f"--network-namespace-path={host.netns}",
             "--console=read-only",
+            *(f"--bind-ro={path}" for path in self.binds),
         ]
         # without a host systemd, --keep-unit makes nspawn use its own cgroup (supervisor/payload):
         # each nspawn must start in a cgroup of its own, so the launcher shell moves itself first
