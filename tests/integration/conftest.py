@@ -2,6 +2,8 @@
 
 ``fleet`` (session): a booted :class:`tests.harness.fleet.Fleet` of ``$INFEROPS_FLEET_HOSTS`` hosts
 (default 4: two deployments of two nodes), torn down at the end of the session, also when tests fail or on Ctrl-C.
+With ``$INFEROPS_REAL_VLLM=1`` its hosts also see the real vLLM install and models, installed first
+when missing (tests/harness/real_vllm.py).
 ``sim_host`` (function): the first host with the simulator stopped, reset and without a scenario.
 ``ansible_bin``: the directory of the ansible executables of this interpreter's venv.
 ``run_playbook``: a callable that runs ``ansible-playbook`` for real against the fleet.
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.harness.fleet import Fleet, missing_prerequisites
+from tests.harness.real_vllm import RealVllm, real_vllm_wanted
 
 DEFAULT_HOSTS = 4
 # the restart role's timings for the simulator's cold start of a few seconds
@@ -42,7 +45,10 @@ def fleet() -> Iterator[Fleet]:
     if problems:
         pytest.fail("cannot boot the test fleet: " + "; ".join(problems))
     count = int(os.environ.get("INFEROPS_FLEET_HOSTS", DEFAULT_HOSTS))
-    booted = Fleet()
+    # the lane that runs the real vLLM (tests/integration/test_real_vllm.py) installs it first (cached)
+    # and lets its hosts see it
+    real = RealVllm.plan().ensure() if real_vllm_wanted() else None
+    booted = Fleet(binds=real.binds if real else (), extra_packages=real.host_packages if real else ())
     try:
         booted.up(count)
         yield booted

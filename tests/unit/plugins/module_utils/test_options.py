@@ -165,3 +165,14 @@ def test_the_role_documents_and_defaults_exactly_the_options_checked(role: str) 
         assert documented[variable].get("default") == option["default"] == defaults[variable], variable
         assert documented[variable].get("choices") == option.get("choices"), variable
         assert bool(documented[variable].get("no_log")) == bool(option.get("no_log")), variable
+
+
+def test_vllm_gates_generate_one_token_unless_told_not_to() -> None:
+    """vLLM's /health answers 200 while the engine cannot generate: unset, the smoke test is on for
+    engine vllm and off for the others; given, it is what was given."""
+    assert check({"engine": "vllm"})[2]["smoke_test"] is True
+    assert check({"engine": "sglang"})[2]["smoke_test"] is False
+    assert check({"engine": "auto"})[2]["smoke_test"] is False
+    assert check({"engine": "vllm", "smoke_test": "false"})[2]["smoke_test"] is False
+    assert check({"engine": "sglang", "smoke_test": True})[2]["smoke_test"] is True
+    assert check({"engine": "vllm"})[2]["smoke_model"] == ""

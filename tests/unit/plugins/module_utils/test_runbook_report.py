@@ -190,3 +190,26 @@ def test_a_drain_that_could_not_read_the_load_has_no_figure() -> None:
     traffic = {"removed": False, "restored": False, "drain": {"seconds": "60.2", "load_status": "None", "running_at_stop": "", "timed_out": "True"}}
     drain = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})["traffic"]["drain"]
     assert (drain["load_status"], drain["running_at_stop"], drain["timed_out"]) == (None, None, True)
+
+
+def test_a_start_that_dies_on_its_smoke_test_shows_the_journal_read_after_it() -> None:
+    """Ready (health 200), then the first generation killed the engine: the journal read again after
+    the failed request (tasks/smoke.yml) is the evidence, its first fatal line in the message."""
+    fatal = {
+        "message": "RuntimeError: Unsupported CPU attention configuration: head_dim=16",
+        "rule": "common-python-exception",
+        "count": 1,
+        "ranks": [],
+        "first_line": 90,
+        "traceback": ["Traceback (most recent call last):", "RuntimeError: Unsupported CPU attention configuration: head_dim=16"],
+    }
+    after = {"fatal": [fatal], "allowlisted": [], "unrecognized": [], "counts": {"fatal": 1}, "last_lines": ["EngineCore encountered a fatal error."]}
+    smoke = {"status": 500, "msg": "Status code was 500 and not [200]: HTTP Error 500: Internal Server Error"}
+    report = restart_report(options=options(smoke_test=True), smoke=smoke, smoke_journal=after)
+    assert (report["verdict"], report["reason"]) == ("fail", "smoke_failed")
+    assert report["msg"].endswith(f"; then a fatal line in {UNIT}'s journal: RuntimeError: Unsupported CPU attention configuration: head_dim=16")
+    assert report["fatal"] == [fatal] and report["first_fatal"]["message"] == fatal["message"]
+    assert report["last_lines"] == ["EngineCore encountered a fatal error."]
+    # a smoke test that passed keeps the wait's evidence, whatever was read after it
+    passed = restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": [{"text": " Paris"}]}}, smoke_journal=after)
+    assert passed["verdict"] == "pass" and passed["fatal"] == []

