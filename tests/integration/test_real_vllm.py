@@ -88,7 +88,8 @@ def served(fleet: Fleet, host: str) -> dict[str, object]:
 
 def timings(name: str, data: dict[str, object], wall: float) -> None:
     """One line per real start with the measured figures of the run."""
-    phases = " ".join(f"{p.get('phase')}@{p.get('at')}s" for p in data.get("timeline") or [] if isinstance(p, dict) and p.get("phase"))  # type: ignore[union-attr]
+    steps = [step for step in data.get("timeline") or [] if isinstance(step, dict)]  # type: ignore[attr-defined]
+    phases = ", ".join(f"{step.get('phase')} {step.get('duration')} s" for step in steps)
     record(f"real vLLM {name}: {str(data.get('verdict')).upper()} ({data.get('reason')}) after {data.get('elapsed')} s waiting, playbook {wall:.0f} s; {phases}")
 
 
@@ -137,9 +138,11 @@ def test_ready_then_dead_on_the_first_generation_fails(fleet: Fleet, vllm_host: 
 
 
 FAIL_FAST = {
-    # case: (flags or model, expected reason, a piece of vLLM's own fatal line)
-    "missing-model-path": ("/models/does-not-exist", None, "does-not-exist"),
-    "max-model-len-too-large": ("tiny", ("--max-model-len", str(MAX_MODEL_LEN * 4)), "max_model_len"),
+    # case: (model, extra flags, environment file, a piece of vLLM's own fatal line)
+    "missing-model-path": ("/models/does-not-exist", (), "", "/models/does-not-exist"),
+    "max-model-len-too-large": ("tiny", ("--max-model-len", str(MAX_MODEL_LEN * 4)), "", "max_model_len"),
+    # vLLM's CPU worker checks the KV cache it is asked for against the node's free memory
+    "kv-cache-larger-than-memory": ("tiny", (), "VLLM_CPU_KVCACHE_SPACE=4096\n", "less than requested memory for kv"),
 }
 
 
@@ -147,18 +150,18 @@ FAIL_FAST = {
 def test_a_start_that_cannot_work_fails_fast_with_the_real_fatal_line(
     fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path, case: str
 ) -> None:
-    model, flags, evidence = FAIL_FAST[case]
-    unit = real.unit(model, *(flags or ()))
-    if model.startswith("/"):
-        unit = unit.replace(str(real.model(model)), model)
-    install_unit(fleet, vllm_host, unit)
+    model, flags, env, evidence = FAIL_FAST[case]
+    install_unit(fleet, vllm_host, real.unit(model, *flags))
+    if env:
+        fleet.ssh(vllm_host, f"mkdir -p {Path(ENV_FILE).parent} && printf {shlex.quote(env)} > {ENV_FILE}")
     run, data = restart(run_playbook, vllm_host, tmp_path)
     timings(case, data, run.elapsed)  # type: ignore[attr-defined]
     assert run.returncode != 0, run  # type: ignore[attr-defined]
     assert data["verdict"] == "fail", data
     assert data["reason"] in ("fatal_log", "unit_failed", "unit_restarted"), data["reason"]
-    assert data["fatal"], data
-    assert any(evidence in str(event["message"]) + " ".join(event.get("traceback") or []) for event in data["fatal"]), data["fatal"]  # type: ignore[union-attr, operator]
+    fatal = [str(event["message"]) + " " + " ".join(event.get("traceback") or []) for event in data["fatal"]]  # type: ignore[union-attr]
+    assert any(evidence in text for text in fatal), fatal
+    assert evidence in flat(run.output)  # type: ignore[attr-defined]
     assert run.elapsed < FAST_FAILURE, run  # type: ignore[attr-defined]
 
 
