@@ -13,13 +13,14 @@ The test runs go side by side in lanes, each lane with its own test fleet on its
 run the unit tests and the whole integration suite in a lane of their own; the third lane runs the
 unit tests and the short run of every other version (only the short run in the development venv:
 `make unit` runs its unit tests), then the molecule scenarios (in the development venv, the only one
-molecule accepts). Output goes to ``.build/versions/<name>.log``, printed whole
+molecule accepts), then the tests against a real vLLM server on the newest version (its install,
+cached, is made in the background while the lanes run: tests/harness/real_vllm.py). Output goes to ``.build/versions/<name>.log``, printed whole
 when a run ends, with a summary at the end.
 
 CLI (from the repository root, with the development venv's Python)::
 
     python -m tests.harness.versions setup              # create the missing venvs, in parallel
-    python -m tests.harness.versions test [MINOR|molecule ...]   # the runs, side by side
+    python -m tests.harness.versions test [MINOR|molecule|real-vllm ...]   # the runs, side by side
     python -m tests.harness.versions bin newest         # the bin directory of a version's venv
     python -m tests.harness.versions python newest      # its controller Python (X.Y)
     python -m tests.harness.versions list               # the matrix, with the venvs' state
@@ -68,6 +69,8 @@ COMPLETE_STAMP = ".inferops-complete"
 STALE_AFTER_DAYS = 30
 PROGRESS_EVERY = 60.0
 MOLECULE = "molecule"
+REAL_VLLM = "real-vllm"
+REAL_VLLM_TESTS = "tests/integration/test_real_vllm.py"
 
 
 class VersionsError(RuntimeError):
@@ -340,6 +343,8 @@ class Run:
     returncode: int | None = None
     started: float = 0.0
     elapsed: float = 0.0
+    # what the run needs first, prepared while the lanes before it run (the real vLLM's install)
+    needs: concurrent.futures.Future[object] | None = None
 
 
 def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, str]:
@@ -351,7 +356,7 @@ def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, 
 def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     """The unit tests plus the whole integration suite (oldest, newest) or the short run (the others)."""
     version = venv.version
-    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1"}
+    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "0"}
     if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
     argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_TARGETS[version.runs]]
@@ -367,21 +372,46 @@ def molecule_run(dev: CoreVersion, net: str, fleet_base: Path) -> Run:
     return Run(f"molecule scenarios (ansible-core {dev.release}, {dev.runs})", argv, env, LOG_DIR / "molecule.log")
 
 
-def plan_lanes(venvs: Sequence[VersionVenv], dev: CoreVersion | None, fleet_base: Path, env: Mapping[str, str] | None = None) -> list[list[Run]]:
+def real_vllm_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
+    """The tests against a real vLLM server (tests/integration/test_real_vllm.py), once, on the newest
+    ansible-core, on a fleet of one host that sees the cached vLLM install (tests/harness/real_vllm.py)."""
+    extra = {"INFEROPS_ANSIBLE_CORE": venv.version.release, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "1", "INFEROPS_FLEET_HOSTS": "1"}
+    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", REAL_VLLM_TESTS]
+    env = run_env(venv.bin, f"{fleet_base}-{REAL_VLLM}", net, **extra)
+    return Run(f"real vLLM server (ansible-core {venv.version.release}, {venv.version.runs})", argv, env, LOG_DIR / f"{REAL_VLLM}.log")
+
+
+def plan_lanes(
+    venvs: Sequence[VersionVenv], dev: CoreVersion | None, fleet_base: Path, env: Mapping[str, str] | None = None, real_vllm: VersionVenv | None = None
+) -> list[list[Run]]:
     """Side by side: one lane for each whole-suite version (oldest, newest), one lane for the short
-    runs (the development venv's too) followed by the molecule scenarios. Runs in one lane go one after
-    the other on one network."""
+    runs (the development venv's too) followed by the molecule scenarios, then the real vLLM's tests
+    (few real cold starts, on the CPU: last in the shortest lane, when the other lanes leave the
+    machine's cores to it). Runs in one lane go one after the other on one network."""
     whole = [venv for venv in venvs if venv.version.runs in ("oldest", "newest")]
     short = [venv for venv in venvs if venv.version.runs in ("short", "dev")]
-    count = len(whole) + (1 if short or dev else 0)
+    count = len(whole) + (1 if short or dev or real_vllm else 0)
     nets = fleet_nets(count, env)
     lanes = [[version_run(venv, net, fleet_base)] for venv, net in zip(whole, nets)]
-    if short or dev:
+    if short or dev or real_vllm:
         last = [version_run(venv, nets[-1], fleet_base) for venv in short]
         if dev:
             last.append(molecule_run(dev, nets[-1], fleet_base))
+        if real_vllm:
+            last.append(real_vllm_run(real_vllm, nets[-1], fleet_base))
         lanes.append(last)
     return lanes
+
+
+def prepare_real_vllm() -> object:
+    """The real vLLM's install and tiny models, and the test hosts' rootfs with what it needs (both
+    cached): started in the background when the lanes start, so that the run finds them ready."""
+    from tests.harness.fleet import PACKAGES, RootfsCache
+    from tests.harness.real_vllm import RealVllm
+
+    real = RealVllm.plan().ensure()
+    RootfsCache(packages=(*PACKAGES, *real.host_packages)).ensure()
+    return real
 
 
 def execute(lanes: Sequence[Sequence[Run]]) -> int:
@@ -397,8 +427,16 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
         with run.log.open("w", encoding="utf-8") as out:
             out.write(f"$ {shlex.join(run.argv)}\n")
             out.flush()
-            proc = subprocess.run(run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False)
-        run.returncode = proc.returncode
+            try:
+                if run.needs is not None:
+                    run.needs.result()
+            except Exception as exc:  # the run fails, with the reason in its log
+                out.write(f"could not prepare the run: {exc}\n")
+                returncode = 1
+            else:
+                proc = subprocess.run(run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False)
+                returncode = proc.returncode
+        run.returncode = returncode
         run.elapsed = time.monotonic() - run.started
         with printing:
             print(f"\n==== {run.name}: {'passed' if run.returncode == 0 else 'FAILED'} in {minutes(run.elapsed)} ====", flush=True)
@@ -447,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("setup", help="create the missing venvs").add_argument("versions", nargs="*", help="minor versions (default: all)")
     sub.add_parser("test", help="run each version's tests side by side").add_argument(
-        "versions", nargs="*", help=f"minor versions and/or {MOLECULE!r} (default: every version, and molecule)"
+        "versions", nargs="*", help=f"minor versions and/or {MOLECULE!r}, {REAL_VLLM!r} (default: every version, molecule and the real vLLM)"
     )
     sub.add_parser("bin", help="print the bin directory of a version's venv").add_argument("version", help="minor, release, oldest, newest or dev")
     sub.add_parser("python", help="print the controller Python (X.Y) of a version").add_argument("version", help="minor, release, oldest, newest or dev")
@@ -476,11 +514,16 @@ def dispatch(args: argparse.Namespace) -> int:
             print(f"{version.release}\t{version.python}\t{version.runs}\t{state}\t{venv.path}")
     elif args.cmd == "test":
         matrix = load_matrix()
-        names = args.versions or [v.minor for v in matrix] + [MOLECULE]
-        minors = [name for name in names if name != MOLECULE]
+        names = args.versions or [v.minor for v in matrix] + [MOLECULE, REAL_VLLM]
+        minors = [name for name in names if name not in (MOLECULE, REAL_VLLM)]
         venvs = prepare(minors) if minors else []
         dev = pick(matrix, "dev") if MOLECULE in names else None
-        return execute(plan_lanes(venvs, dev, default_fleet_dir()))
+        real_vllm = prepare(["newest"])[0] if REAL_VLLM in names else None
+        lanes = plan_lanes(venvs, dev, default_fleet_dir(), real_vllm=real_vllm)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
+            for run in (run for lane in lanes for run in lane if run.log.stem == REAL_VLLM):
+                run.needs = background.submit(prepare_real_vllm)
+            return execute(lanes)
     return 0
 
 

@@ -90,7 +90,8 @@ def timings(name: str, data: dict[str, object], wall: float) -> None:
     """One line per real start with the measured figures of the run."""
     steps = [step for step in data.get("timeline") or [] if isinstance(step, dict)]  # type: ignore[attr-defined]
     phases = ", ".join(f"{step.get('phase')} {step.get('duration')} s" for step in steps)
-    record(f"real vLLM {name}: {str(data.get('verdict')).upper()} ({data.get('reason')}) after {data.get('elapsed')} s waiting, playbook {wall:.0f} s; {phases}")
+    verdict = f"{str(data.get('verdict')).upper()} ({data.get('reason')})"
+    record(f"real vLLM {name}: {verdict} after {data.get('elapsed')} s waiting, playbook {wall:.0f} s; {phases}")
 
 
 def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: object) -> tuple[object, dict[str, object]]:
@@ -170,7 +171,8 @@ def test_a_port_already_taken_fails_fast(fleet: Fleet, vllm_host: str, run_playb
     fails (Address already in use) and the start fails fast with that line; with the stop first
     (the default) the role sees the port still taken after the stop and starts nothing."""
     fleet.ssh(vllm_host, f"systemd-run --unit={SQUATTER} python3 -m http.server {PORT} --bind 127.0.0.1")
-    fleet.ssh(vllm_host, f"for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {PORT}), 1)' && exit 0; sleep 0.1; done; exit 1")
+    listening = f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {PORT}), 1)'"
+    fleet.ssh(vllm_host, f"for i in $(seq 100); do {listening} 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
     guarded = run_playbook(RESTART, extra_vars={**TIMINGS, "vllm_hosts": vllm_host, "sglang_restart_release_timeout": 3})
     assert guarded.returncode != 0, guarded
     assert "still accepts connections" in guarded.flat, guarded
