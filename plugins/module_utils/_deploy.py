@@ -30,7 +30,12 @@ SECRETS = ("router_api_key",)
 URLS = ("router_url", "worker_url", "load_url")
 
 # Prometheus gauges of running and queued requests (SGLang's /metrics).
-METRIC_SAMPLE = re.compile(r"^(sglang:num_running_reqs|sglang:num_queue_reqs)(\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.MULTILINE)
+# SGLang's running and queued requests, and vLLM's (vllm:num_requests_waiting_by_reason splits the same
+# waiting requests by reason: not counted twice)
+METRIC_SAMPLE = re.compile(
+    r"^(sglang:num_running_reqs|sglang:num_queue_reqs|vllm:num_requests_running|vllm:num_requests_waiting)(\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
+    re.MULTILINE,
+)
 
 
 def deploy_option_problems(options: t.Mapping[str, t.Any], base_dir: str = ".") -> list[str]:
@@ -154,7 +159,9 @@ def running_requests(answer: t.Any) -> int | None:
 
     Understands SGLang's ``/get_load`` (a list with ``num_reqs`` per data-parallel rank, running
     and waiting), ``/v1/loads`` (``aggregate.total_reqs``) and ``/metrics`` text
-    (``sglang:num_running_reqs`` plus ``sglang:num_queue_reqs``). None when the answer is none of these.
+    (``sglang:num_running_reqs`` plus ``sglang:num_queue_reqs``), and vLLM's ``/metrics`` text
+    (``vllm:num_requests_running`` plus ``vllm:num_requests_waiting``) and ``/load``
+    (``server_load``: the requests its API server is handling). None when the answer is none of these.
     """
     if isinstance(answer, (list, tuple)):
         counts = [_count(rank.get("num_reqs")) if isinstance(rank, t.Mapping) else None for rank in answer]
@@ -163,6 +170,8 @@ def running_requests(answer: t.Any) -> int | None:
         aggregate = answer.get("aggregate")
         if isinstance(aggregate, t.Mapping):
             return _count(aggregate.get("total_reqs"))
+        if "server_load" in answer:
+            return _count(answer.get("server_load"))
         loads = answer.get("loads")
         if isinstance(loads, (list, tuple)):
             return running_requests([{"num_reqs": _count(rank.get("num_total_reqs"))} for rank in loads if isinstance(rank, t.Mapping)])

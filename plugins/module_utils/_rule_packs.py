@@ -563,9 +563,9 @@ VLLM: RulePack = [
     {
         "id": "vllm-api-server-ready",
         "class": "ready",
-        "pattern": r"Starting vLLM API server on",
+        "pattern": r"Starting vLLM (?:API )?server on",
         "reason": "The vLLM OpenAI-compatible server is listening.",
-        "reference": f"{VLLM_ISSUES}",
+        "reference": f"{VLLM_ISSUES} (\"Starting vLLM API server on\"; \"Starting vLLM server on\" since vllm/entrypoints/launchers/api_server/entry.py, 0.32.0)",
         "phase": "ready",
     },
     {

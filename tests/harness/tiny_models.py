@@ -19,7 +19,7 @@ from pathlib import Path
 
 # name: (hidden_size, attention heads); head_dim = hidden_size / heads
 MODELS = {"tiny": (128, 4), "tiny-hd16": (64, 4)}
-MAX_POSITIONS = 512
+MAX_POSITIONS = 4096
 SENTENCES = [
     "The capital of France is Paris.",
     "The quick brown fox jumps over the lazy dog.",

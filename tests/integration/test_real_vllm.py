@@ -3,7 +3,8 @@ simulator: restart_vllm.yml and precheck_vllm.yml with their own defaults, real 
 tiny random-weight Llama, real journal lines, real /health, /v1/models, /v1/completions and
 /metrics. A good start passes with its real warnings allowlisted; a start that is ready and dies on
 its first generation (head_dim 16) fails; starts that cannot work fail fast with vLLM's own fatal
-line as evidence; a drop-in deploys a real flag and a bad one is rolled back.
+line as evidence; a drop-in deploys a real flag and a bad one is rolled back, after the drain waited
+for a real request in flight.
 
 Run in one lane of ``make test`` only (``INFEROPS_REAL_VLLM=1``, one host: tests/harness/versions.py);
 elsewhere skipped. Each start's journal is kept in ``.build/real-vllm/`` and its timings are
@@ -62,7 +63,7 @@ def vllm_host(fleet: Fleet, real: RealVllm, request: pytest.FixtureRequest) -> I
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     journal = fleet.ssh(host, f"journalctl -u {UNIT} --since {shlex.quote(since)} -o short-precise --no-pager --all", check=False).stdout
     (ARTIFACTS / f"{request.node.name}.journal").write_text(journal)
-    fleet.ssh(host, f"systemctl stop {UNIT} {SQUATTER}; systemctl reset-failed {UNIT} {SQUATTER} 2>/dev/null; true")
+    fleet.ssh(host, f"systemctl stop {UNIT} {SQUATTER} {IN_FLIGHT}; systemctl reset-failed {UNIT} {SQUATTER} {IN_FLIGHT} 2>/dev/null; true")
 
 
 def install_unit(fleet: Fleet, host: str, text: str) -> None:
@@ -100,6 +101,30 @@ def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: objec
 
 
 SQUATTER = "port-squatter.service"
+IN_FLIGHT = "in-flight-request.service"
+IN_FLIGHT_STATUS = "/run/in-flight-request.status"
+
+
+def start_request(fleet: Fleet, host: str, max_tokens: int) -> None:
+    """A long real completion (8 sequences, no stop at EOS) sent in the host in the background; returns
+    once vLLM's /metrics counts it running. Its HTTP status goes to IN_FLIGHT_STATUS when it ends."""
+    body = {"model": SERVED_NAME, "prompt": "The capital of France is", "max_tokens": max_tokens, "n": 8, "ignore_eos": True, "temperature": 1.0}
+    send = (
+        "import json, urllib.request as u\n"
+        f"r = u.Request('http://127.0.0.1:{PORT}/v1/completions', data={json.dumps(body)!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
+        f"a = u.urlopen(r, timeout=900); a.read(); open({IN_FLIGHT_STATUS!r}, 'w').write(str(a.status))\n"
+    )
+    fleet.ssh(host, f"rm -f {IN_FLIGHT_STATUS}; systemctl reset-failed {IN_FLIGHT} 2>/dev/null; systemd-run --unit={IN_FLIGHT} python3 -c {shlex.quote(send)}")
+    running = (
+        "import re, time, urllib.request as u\n"
+        "deadline = time.monotonic() + 120\n"
+        "while time.monotonic() < deadline:\n"
+        f"    text = u.urlopen('http://127.0.0.1:{PORT}/metrics', timeout=10).read().decode()\n"
+        "    if any(float(v) > 0 for v in re.findall(r'^vllm:num_requests_running\\{[^}]*\\} (\\S+)', text, re.M)): raise SystemExit(0)\n"
+        "    time.sleep(0.2)\n"
+        "raise SystemExit('the request never showed as running')\n"
+    )
+    fleet.ssh(host, f"python3 -c {shlex.quote(running)}", timeout=180)
 
 
 def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
@@ -198,8 +223,13 @@ def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: st
     assert served(fleet, vllm_host)["max_model_len"] == half
     passed = data["invocation_id"]
 
+    # a real request in flight: the drain waits until vLLM's /metrics shows it done before the stop
+    start_request(fleet, vllm_host, max_tokens=half - 16)
     bad = f"[Service]\nExecStart=\nExecStart={real.command('tiny', '--no-such-flag')}\n"
     run, data = restart(run_playbook, vllm_host, tmp_path / "bad", sglang_restart_dropin_content=bad)
+    traffic = data["traffic"]
+    assert isinstance(traffic, dict) and traffic["drain"]["running_at_stop"] == 0, traffic
+    assert fleet.ssh(vllm_host, f"cat {IN_FLIGHT_STATUS}").stdout.strip() == "200"
     rollback = data["rollback"]
     assert isinstance(rollback, dict)
     timings("deploy an unknown flag", data, run.elapsed)  # type: ignore[attr-defined]
