@@ -565,7 +565,7 @@ VLLM: RulePack = [
         "class": "ready",
         "pattern": r"Starting vLLM (?:API )?server on",
         "reason": "The vLLM OpenAI-compatible server is listening.",
-        "reference": f"{VLLM_ISSUES} (\"Starting vLLM API server on\"; \"Starting vLLM server on\" since vllm/entrypoints/launchers/api_server/entry.py, 0.32.0)",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/launchers/api_server/entry.py (0.32.0: Starting vLLM server on; before: API server)",
         "phase": "ready",
     },
     {

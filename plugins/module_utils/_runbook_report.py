@@ -353,8 +353,9 @@ def _restart_outcome(
     if wait["verdict"] == "pass" and smoke["enabled"] and smoke["passed"] is False:
         answer = f"HTTP {smoke['status']}" if smoke["status"] not in (None, -1) else "no answer"
         detail = f" - {smoke['msg']}" if smoke["msg"] else ""
-        fatal = list((journal or {}).get("fatal") or [])
-        first = _mapping(fatal[0]) if fatal else {}
+        # the exception that followed the request (a traceback's last line), else the first fatal line
+        fatal = [_mapping(event) for event in (journal or {}).get("fatal") or []]
+        first = next((event for event in fatal if event.get("traceback")), fatal[0] if fatal else {})
         unit = _text(_setting(observed, "unit", "the unit"))
         why = f"; then a fatal line in {unit}'s journal: {_text(first.get('message'))}" if first else ""
         return {"verdict": "fail", "reason": "smoke_failed", "msg": f"smoke test: {answer} from {smoke['url']}{detail}{why}"}

@@ -203,12 +203,14 @@ def test_a_start_that_dies_on_its_smoke_test_shows_the_journal_read_after_it() -
         "first_line": 90,
         "traceback": ["Traceback (most recent call last):", "RuntimeError: Unsupported CPU attention configuration: head_dim=16"],
     }
-    after = {"fatal": [fatal], "allowlisted": [], "unrecognized": [], "counts": {"fatal": 1}, "last_lines": ["EngineCore encountered a fatal error."]}
+    # vLLM logs "WorkerProc hit an exception." on a line of its own before the traceback
+    header = {"message": "WorkerProc hit an exception.", "rule": "common-error-level", "count": 1, "ranks": [], "first_line": 89}
+    after = {"fatal": [header, fatal], "allowlisted": [], "unrecognized": [], "counts": {"fatal": 1}, "last_lines": ["EngineCore encountered a fatal error."]}
     smoke = {"status": 500, "msg": "Status code was 500 and not [200]: HTTP Error 500: Internal Server Error"}
     report = restart_report(options=options(smoke_test=True), smoke=smoke, smoke_journal=after)
     assert (report["verdict"], report["reason"]) == ("fail", "smoke_failed")
     assert report["msg"].endswith(f"; then a fatal line in {UNIT}'s journal: RuntimeError: Unsupported CPU attention configuration: head_dim=16")
-    assert report["fatal"] == [fatal] and report["first_fatal"]["message"] == fatal["message"]
+    assert report["fatal"] == [header, fatal] and report["first_fatal"]["message"] == header["message"]
     assert report["last_lines"] == ["EngineCore encountered a fatal error."]
     # a smoke test that passed keeps the wait's evidence, whatever was read after it
     passed = restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": [{"text": " Paris"}]}}, smoke_journal=after)
