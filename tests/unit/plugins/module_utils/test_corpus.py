@@ -137,3 +137,20 @@ def test_a_real_vllm_cpu_start_passes_with_every_warning_allowlisted() -> None:
     assert expected <= rules, expected - rules
     phases = [entry["phase"] for entry in report["phases"]]
     assert phases[-1] == "ready" and "loading_weights" in phases
+
+
+def test_a_real_vllm_start_that_dies_on_its_first_generation() -> None:
+    """The journal of a real start that was ready and died on its first request (head_dim 16): what
+    the journal held before the request passes, as a gate on /health and the journal alone would; the
+    whole invocation fails, with the engine's RuntimeError and its traceback as one event."""
+    log = next(log for log in corpus_logs() if log.name == "vllm-cpu-head-dim-16-01.log")
+    lines = log.body.splitlines()
+    request = next(number for number, line in enumerate(lines) if "WorkerProc hit an exception" in line)
+    before = classify("\n".join(lines[:request]) + "\n", engine="vllm")
+    assert (before["verdict"], before["ready"], before["unrecognized"]) == ("pass", True, [])
+    report = classify(log.body, engine="vllm")
+    assert report["verdict"] == "fail" and report["ready"]
+    crash = [event for event in report["fatal"] if "head_dim=16" in event["message"]]
+    assert crash and crash[0]["message"].startswith("RuntimeError: Unsupported CPU attention configuration: head_dim=16")
+    assert crash[0]["traceback"][0].endswith("Traceback (most recent call last):")
+    assert any("EngineDeadError" in event["message"] for event in report["fatal"])
