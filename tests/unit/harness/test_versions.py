@@ -4,11 +4,26 @@ requirements-dev.txt, and the versions harness reads it and plans its fleets' ne
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.harness.versions import REPO_ROOT, REQUIREMENTS_FILE, VersionsError, fleet_nets, load_matrix, parse_matrix, pick, pinned, support_pins
+from tests.harness.versions import (
+    REAL_VLLM_TESTS,
+    REPO_ROOT,
+    REQUIREMENTS_FILE,
+    VersionsError,
+    VersionVenv,
+    fleet_nets,
+    load_matrix,
+    parse_matrix,
+    pick,
+    pinned,
+    plan_lanes,
+    support_pins,
+)
 
 
 def minor_number(minor: str) -> int:
@@ -59,3 +74,18 @@ def test_each_version_gets_the_test_tools_not_the_development_tools() -> None:
     assert pins == ["pytest==9.2.0", "hypothesis==6.170.15"]
     with pytest.raises(VersionsError, match="pins no pytest"):
         support_pins("ansible-core==2.19.14\n")
+
+
+def test_the_real_vllm_runs_once_last_in_the_short_lane_on_the_newest_version(tmp_path: Path) -> None:
+    versions = load_matrix()
+    venvs = [VersionVenv(v, tmp_path / v.minor, Path(sys.executable), ()) for v in versions]
+    newest = next(venv for venv in venvs if venv.version.runs == "newest")
+    lanes = plan_lanes(venvs, pick(versions, "dev"), tmp_path / "fleet", env={}, real_vllm=newest)
+    assert len(lanes) == 3
+    runs = [run for lane in lanes for run in lane]
+    real = [run for run in runs if run.env.get("INFEROPS_REAL_VLLM") == "1"]
+    assert len(real) == 1 and lanes[-1][-1] is real[0]
+    assert real[0].argv[-1] == REAL_VLLM_TESTS and real[0].argv[0] == str(newest.python)
+    assert real[0].env["INFEROPS_FLEET_HOSTS"] == "1" and real[0].env["INFEROPS_FLEET_DIR"].endswith("fleet-real-vllm")
+    # every other pytest run skips the real vLLM's tests, whatever the caller's environment says
+    assert all(run.env.get("INFEROPS_REAL_VLLM", "0") == "0" for run in runs if run is not real[0])
