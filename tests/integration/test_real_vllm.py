@@ -19,13 +19,14 @@ import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.figures import record
 from tests.harness.fleet import Fleet
 from tests.harness.real_vllm import ENV_FILE, MAX_MODEL_LEN, PORT, SERVED_NAME, UNIT, RealVllm, real_vllm_wanted
-from tests.integration.conftest import REPO, RunPlaybook, flat
+from tests.integration.conftest import REPO, PlaybookRun, RunPlaybook, flat
 
 pytestmark = pytest.mark.skipif(not real_vllm_wanted(), reason="the real vLLM runs in one lane only (INFEROPS_REAL_VLLM=1)")
 
@@ -75,13 +76,13 @@ def install_unit(fleet: Fleet, host: str, text: str) -> None:
     fleet.ssh(host, f"printf %s {shlex.quote(text)} > {UNIT_FILE} && systemctl daemon-reload")
 
 
-def report(directory: Path, host: str) -> dict[str, object]:
+def report(directory: Path, host: str) -> dict[str, Any]:
     data = json.loads((directory / f"{host}.json").read_text())
     assert isinstance(data, dict)
     return data
 
 
-def served(fleet: Fleet, host: str) -> dict[str, object]:
+def served(fleet: Fleet, host: str) -> dict[str, Any]:
     """What the real server lists at /v1/models (the first model)."""
     code = f"import json,urllib.request as u;print(json.dumps(json.load(u.urlopen('http://127.0.0.1:{PORT}/v1/models',timeout=10))['data'][0]))"
     data = json.loads(fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout)
@@ -89,23 +90,23 @@ def served(fleet: Fleet, host: str) -> dict[str, object]:
     return data
 
 
-def timings(name: str, data: dict[str, object], wall: float) -> None:
+def timings(name: str, data: dict[str, Any], wall: float) -> None:
     """One line per real start with the measured figures of the run."""
-    steps = [step for step in data.get("timeline") or [] if isinstance(step, dict)]  # type: ignore[attr-defined]
+    steps = [step for step in data.get("timeline") or [] if isinstance(step, dict)]
     phases = ", ".join(f"{step.get('phase')} {step.get('duration')} s" for step in steps)
     verdict = f"{str(data.get('verdict')).upper()} ({data.get('reason')})"
     fast = f", verdict {failed_fast(data):.1f} s after the first fatal line" if data.get("first_fatal") and data.get("ended_at") else ""
     record(f"real vLLM {name}: {verdict} after {data.get('elapsed')} s waiting, playbook {wall:.0f} s{fast}; {phases}")
 
 
-def failed_fast(data: dict[str, object]) -> float:
+def failed_fast(data: dict[str, Any]) -> float:
     """Seconds from the first fatal line in the journal to the verdict."""
     first = data["first_fatal"]
     assert isinstance(first, dict) and first.get("realtime"), first
-    return float(data["ended_at"]) - int(first["realtime"]) / 1e6  # type: ignore[arg-type]
+    return float(data["ended_at"]) - int(first["realtime"]) / 1e6
 
 
-def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: object) -> tuple[object, dict[str, object]]:
+def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: object) -> tuple[PlaybookRun, dict[str, Any]]:
     run = run_playbook(RESTART, extra_vars={**TIMINGS, "vllm_hosts": host, "sglang_restart_report_dir": str(tmp_path), **extra}, timeout=900)
     return run, report(tmp_path, host)
 
@@ -141,14 +142,14 @@ def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, 
     """restart_vllm.yml with its defaults: the real ready line, /health, one real generated token
     (the model's name read from /v1/models), vLLM's real warnings allowlisted; then the precheck."""
     run, data = restart(run_playbook, vllm_host, tmp_path)
-    timings("good start", data, run.elapsed)  # type: ignore[attr-defined]
-    assert run.returncode == 0, run  # type: ignore[attr-defined]
-    assert f"{vllm_host} {UNIT}: PASS (ready)" in run.output  # type: ignore[attr-defined]
+    timings("good start", data, run.elapsed)
+    assert run.returncode == 0, run
+    assert f"{vllm_host} {UNIT}: PASS (ready)" in run.output
     smoke = data["smoke_test"]
     assert isinstance(smoke, dict) and smoke["enabled"] and smoke["passed"] and smoke["status"] == 200, smoke
-    assert "smoke test: HTTP 200, generated" in run.output  # type: ignore[attr-defined]
+    assert "smoke test: HTTP 200, generated" in run.output
     assert data["fatal"] == [] and data["unrecognized"] == [], (data["fatal"], data["unrecognized"])
-    rules = {event["rule"] for event in data["allowlisted"]}  # type: ignore[union-attr, index]
+    rules = {event["rule"] for event in data["allowlisted"]}
     assert any(rule.startswith("vllm-") for rule in rules), rules
     assert served(fleet, vllm_host)["id"] == SERVED_NAME
 
@@ -164,13 +165,13 @@ def test_ready_then_dead_on_the_first_generation_fails(fleet: Fleet, vllm_host: 
     RuntimeError from the journal as evidence."""
     install_unit(fleet, vllm_host, real.unit("tiny-hd16"))
     run, data = restart(run_playbook, vllm_host, tmp_path)
-    timings("head_dim 16", data, run.elapsed)  # type: ignore[attr-defined]
-    assert run.returncode != 0, run  # type: ignore[attr-defined]
-    assert f"{vllm_host} {UNIT}: FAIL (smoke_failed)" in run.output, run  # type: ignore[attr-defined]
+    timings("head_dim 16", data, run.elapsed)
+    assert run.returncode != 0, run
+    assert f"{vllm_host} {UNIT}: FAIL (smoke_failed)" in run.output, run
     health = data["health"]
     assert isinstance(health, dict) and health["up"] and health["status"] == 200 and health["successes"] >= 2, health
-    assert any("head_dim=16" in str(event["message"]) for event in data["fatal"]), data["fatal"]  # type: ignore[union-attr, index]
-    assert "then a fatal line in vllm.service's journal: RuntimeError: Unsupported CPU attention configuration: head_dim=16" in flat(run.output)  # type: ignore[attr-defined]
+    assert any("head_dim=16" in str(event["message"]) for event in data["fatal"]), data["fatal"]
+    assert "then a fatal line in vllm.service's journal: RuntimeError: Unsupported CPU attention configuration: head_dim=16" in flat(run.output)
 
 
 FAIL_FAST = {
@@ -191,13 +192,13 @@ def test_a_start_that_cannot_work_fails_fast_with_the_real_fatal_line(
     if env:
         fleet.ssh(vllm_host, f"mkdir -p {Path(ENV_FILE).parent} && printf {shlex.quote(env)} > {ENV_FILE}")
     run, data = restart(run_playbook, vllm_host, tmp_path)
-    timings(case, data, run.elapsed)  # type: ignore[attr-defined]
-    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    timings(case, data, run.elapsed)
+    assert run.returncode != 0, run
     assert data["verdict"] == "fail", data
     assert data["reason"] in ("fatal_log", "unit_failed", "unit_restarted"), data["reason"]
-    fatal = [str(event["message"]) + " " + " ".join(event.get("traceback") or []) for event in data["fatal"]]  # type: ignore[union-attr]
+    fatal = [str(event["message"]) + " " + " ".join(event.get("traceback") or []) for event in data["fatal"]]
     assert any(evidence in text for text in fatal), fatal
-    assert evidence in flat(run.output)  # type: ignore[attr-defined]
+    assert evidence in flat(run.output)
     assert failed_fast(data) < FAST_FAILURE, (failed_fast(data), data["first_fatal"])
 
 
@@ -214,10 +215,10 @@ def test_a_port_already_taken_fails_fast(fleet: Fleet, vllm_host: str, run_playb
     assert fleet.unit_property(vllm_host, "ActiveState", unit=UNIT) == "inactive"
 
     run, data = restart(run_playbook, vllm_host, tmp_path, sglang_restart_stop_first=False)
-    timings("port taken", data, run.elapsed)  # type: ignore[attr-defined]
-    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    timings("port taken", data, run.elapsed)
+    assert run.returncode != 0, run
     assert data["verdict"] == "fail" and data["fatal"], data
-    assert any("Address already in use" in str(event["message"]) for event in data["fatal"]), data["fatal"]  # type: ignore[union-attr, index]
+    assert any("Address already in use" in str(event["message"]) for event in data["fatal"]), data["fatal"]
     assert failed_fast(data) < FAST_FAILURE, (failed_fast(data), data["first_fatal"])
 
 
@@ -227,8 +228,8 @@ def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: st
     half = MAX_MODEL_LEN // 2
     new = f"[Service]\nExecStart=\nExecStart={real.command('tiny').replace(f'--max-model-len {MAX_MODEL_LEN}', f'--max-model-len {half}')}\n"
     run, data = restart(run_playbook, vllm_host, tmp_path / "deploy", sglang_restart_dropin_content=new)
-    timings("deploy --max-model-len", data, run.elapsed)  # type: ignore[attr-defined]
-    assert run.returncode == 0, run  # type: ignore[attr-defined]
+    timings("deploy --max-model-len", data, run.elapsed)
+    assert run.returncode == 0, run
     assert data["state"] == "new_configuration", data["state"]
     assert served(fleet, vllm_host)["max_model_len"] == half
     passed = data["invocation_id"]
@@ -242,12 +243,12 @@ def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: st
     assert fleet.ssh(vllm_host, f"cat {IN_FLIGHT_STATUS}").stdout.strip() == "200"
     rollback = data["rollback"]
     assert isinstance(rollback, dict)
-    timings("deploy an unknown flag", data, run.elapsed)  # type: ignore[attr-defined]
+    timings("deploy an unknown flag", data, run.elapsed)
     record(f"real vLLM rollback start: {str(rollback.get('verdict')).upper()} ({rollback.get('reason')}) after {rollback.get('elapsed')} s waiting")
-    assert run.returncode != 0, run  # type: ignore[attr-defined]
+    assert run.returncode != 0, run
     assert data["state"] == "rolled_back", data["state"]
     assert rollback["verdict"] == "pass", rollback
-    assert "rolled back, serving the previous configuration again" in run.output  # type: ignore[attr-defined]
-    assert re.search(r"unrecognized arguments: --no-such-flag|no-such-flag", flat(run.output))  # type: ignore[attr-defined]
+    assert "rolled back, serving the previous configuration again" in run.output
+    assert re.search(r"unrecognized arguments: --no-such-flag|no-such-flag", flat(run.output))
     assert served(fleet, vllm_host)["max_model_len"] == half
     assert fleet.unit_property(vllm_host, "InvocationID", unit=UNIT) not in ("", passed)
