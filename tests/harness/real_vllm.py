@@ -49,6 +49,7 @@ REMOVE = ("torchvision", "torchaudio", "torchcodec")
 # in the test hosts' rootfs besides the fleet's own packages (vllm._C links libnuma)
 HOST_PACKAGES = ("libnuma1",)
 COMPLETE_STAMP = ".inferops-complete"
+STALE_AFTER_DAYS = 30
 PORT = 8000
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 2048  # of the tiny models' 4096 positions (tests/harness/tiny_models.py)
@@ -126,7 +127,19 @@ class RealVllm:
                 self._build_venv()
             if not (self.models / COMPLETE_STAMP).is_file():
                 self._build_models()
+            for stamp in (self.venv / COMPLETE_STAMP, self.models / COMPLETE_STAMP):
+                os.utime(stamp)
+            self._prune()
         return self
+
+    def _prune(self, days: int = STALE_AFTER_DAYS) -> None:
+        """Remove installs and models of other pins that nobody used for ``days`` days."""
+        cutoff = time.time() - days * 86400
+        for path in [*self.venv.parent.glob("venv-vllm-*"), *self.venv.parent.glob("models-*")]:
+            stamp = path / COMPLETE_STAMP
+            if path in (self.venv, self.models) or not path.is_dir() or (stamp.is_file() and stamp.stat().st_mtime > cutoff):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
 
     def _step(self, argv: Sequence[str], cleanup: Path) -> str:
         proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
