@@ -137,7 +137,9 @@ class RealVllm:
         cutoff = time.time() - days * 86400
         for path in [*self.venv.parent.glob("venv-vllm-*"), *self.venv.parent.glob("models-*")]:
             stamp = path / COMPLETE_STAMP
-            if path in (self.venv, self.models) or not path.is_dir() or (stamp.is_file() and stamp.stat().st_mtime > cutoff):
+            # a directory without its stamp may be another checkout's build under way: by its own age
+            used = (stamp if stamp.is_file() else path).stat().st_mtime if path.is_dir() else 0.0
+            if path in (self.venv, self.models) or not path.is_dir() or used > cutoff:
                 continue
             shutil.rmtree(path, ignore_errors=True)
 
