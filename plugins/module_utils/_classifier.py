@@ -662,7 +662,9 @@ class Scanner:
         if line.stream != traceback.stream or (line.tagged and _HTTP_ACCESS.match(line.message)):
             return False
         if traceback.exception is not None:
-            if line.chains_traceback() or not line.message.strip():
+            # an indented line right after the exception line continues its message (pydantic's
+            # ValidationError details, exception notes): "  Value error, User-specified max_model_len ..."
+            if line.chains_traceback() or not line.message.strip() or self._continues_exception(traceback, line):
                 traceback.add(line)
                 return True
             if line.opens_traceback() and (traceback.last.chains_traceback() or not traceback.last.message.strip()):
@@ -680,6 +682,14 @@ class Scanner:
         traceback.exception = line
         traceback.add(line)
         return True
+
+    @staticmethod
+    def _continues_exception(traceback: _OpenTraceback, line: ParsedLine) -> bool:
+        """An indented line right after the exception line, or after such a line."""
+        if line.message[:1] not in (" ", "\t"):
+            return False
+        last = traceback.last
+        return last is traceback.exception or last.message[:1] in (" ", "\t")
 
     def _close_traceback(self) -> None:
         traceback = self._traceback

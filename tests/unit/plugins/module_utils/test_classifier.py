@@ -355,3 +355,26 @@ def test_an_http_access_line_between_a_tracebacks_lines_does_not_cut_it_short() 
     mixed = [event for event in classify("\n".join(interleaved))["fatal"] if "traceback" in event]
     assert mixed[0]["message"] == plain[0]["message"] == "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
     assert mixed[0]["count"] == plain[0]["count"]
+
+
+def test_the_indented_lines_after_an_exception_line_belong_to_its_traceback() -> None:
+    """pydantic's ValidationError prints its details indented below the exception line (a real vLLM
+    0.32.0 start with --max-model-len above the model's): they are the traceback's, not lines of
+    their own, so the fatal event carries why."""
+    text = """Traceback (most recent call last):
+  File "/opt/vllm/lib/python3.11/site-packages/vllm/engine/arg_utils.py", line 1938, in from_cli_args
+    engine_args = cls(
+  File "/opt/vllm/lib/python3.11/site-packages/pydantic/_internal/_dataclasses.py", line 121, in __init__
+    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+  Value error, User-specified max_model_len (8192) is greater than the derived max_model_len (max_position_embeddings=4096.0 or \
+model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    For further information visit https://errors.pydantic.dev/2.14/v/value_error
+INFO 12-01 21:36:00 [api_server.py:99] next line
+"""
+    report = classify(text, engine="vllm")
+    assert report["unrecognized"] == []
+    (event,) = report["fatal"]
+    assert event["message"] == "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig"
+    assert "User-specified max_model_len (8192) is greater than the derived max_model_len" in event["traceback"][-2]
+    assert event["traceback"][-1].endswith("For further information visit https://errors.pydantic.dev/2.14/v/value_error")
