@@ -107,7 +107,7 @@ def failed_fast(data: dict[str, Any]) -> float:
 
 
 def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: object) -> tuple[PlaybookRun, dict[str, Any]]:
-    run = run_playbook(RESTART, extra_vars={**TIMINGS, "vllm_hosts": host, "sglang_restart_report_dir": str(tmp_path), **extra}, timeout=900)
+    run = run_playbook(RESTART, extra_vars={**TIMINGS, "vllm_hosts": host, "sglang_restart_report_dir": str(tmp_path), **extra}, timeout=2400)
     return run, report(tmp_path, host)
 
 
