@@ -95,7 +95,8 @@ def timings(name: str, data: dict[str, Any], wall: float) -> None:
     steps = [step for step in data.get("timeline") or [] if isinstance(step, dict)]
     phases = ", ".join(f"{step.get('phase')} {step.get('duration')} s" for step in steps)
     verdict = f"{str(data.get('verdict')).upper()} ({data.get('reason')})"
-    fast = f", verdict {failed_fast(data):.1f} s after the first fatal line" if data.get("first_fatal") and data.get("ended_at") else ""
+    first = data.get("first_fatal") or {}
+    fast = f", verdict {failed_fast(data):.1f} s after the first fatal line" if first.get("realtime") and data.get("ended_at") else ""
     record(f"real vLLM {name}: {verdict} after {data.get('elapsed')} s waiting, playbook {wall:.0f} s{fast}; {phases}")
 
 
