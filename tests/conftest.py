@@ -1,10 +1,60 @@
-"""Session-wide pytest hooks: the measured figures go at the end of the run's output."""
+"""Session-wide pytest hooks: the measured figures go at the end of the run's output, and no test
+may leave the controller's device nodes broken."""
 
 from __future__ import annotations
 
+import os
+import stat
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from tests.figures import RECORDED
+
+# the device nodes every tool on the controller (ssh, systemd-nspawn, Ansible) relies on
+DEVICES = {"/dev/null": (1, 3), "/dev/zero": (1, 5), "/dev/urandom": (1, 9)}
+
+
+def broken_devices() -> list[str]:
+    """The controller's device nodes that are no longer the character devices they must be."""
+    broken = []
+    for path, (major, minor) in DEVICES.items():
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            broken.append(f"{path}: {exc.strerror}")
+            continue
+        if not stat.S_ISCHR(info.st_mode) or (os.major(info.st_rdev), os.minor(info.st_rdev)) != (major, minor):
+            broken.append(f"{path} is no longer character device {major},{minor} ({stat.filemode(info.st_mode)})")
+    return broken
+
+
+def repair_devices() -> None:
+    """Put the device nodes back (as root), so that one test's damage does not fail every test after it."""
+    for path, (major, minor) in DEVICES.items():
+        try:
+            info = os.lstat(path)
+            if stat.S_ISCHR(info.st_mode) and (os.major(info.st_rdev), os.minor(info.st_rdev)) == (major, minor):
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(path, 0o666)
+
+
+@pytest.fixture(autouse=True)
+def _device_nodes_intact() -> Iterator[None]:
+    """Fails the test during which a device node of the controller was replaced (a rename or a copy
+    onto /dev/null through a link, a report written to a device), names what broke, and repairs it."""
+    before = broken_devices()
+    yield
+    after = [problem for problem in broken_devices() if problem not in before]
+    if after:
+        if os.geteuid() == 0:
+            repair_devices()
+        pytest.fail("this test left the controller's device nodes broken (repaired now): " + "; ".join(after))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

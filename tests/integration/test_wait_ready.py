@@ -232,13 +232,14 @@ def test_a_journal_gap_between_two_probes_is_reported(fleet: Fleet, host: str, r
     (the wait reports it, and fails on it in strict mode: tests/unit/plugins/plugin_utils/test_wait.py)."""
     fleet.set_scenario(host, SIM_SPEED="0.6", SIM_WARMUP_SECONDS="1", SIM_TP="8")
     fleet.ssh(host, "systemctl start sglang.service")
-    time.sleep(1)
+    # the first look needs lines of this invocation to take a cursor from: wait for them, not for time
+    fleet.wait_for(host, "journalctl -u sglang.service _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value sglang.service) -q -o cat | grep -q .")
     result_file = tmp_path / "looks.json"
     run = run_playbook(Path(__file__).parent / "playbooks" / "probe_gap.yml", extra_vars={"result_file": str(result_file)}, limit=host)
     assert run.returncode == 0, run
     looks = json.loads(result_file.read_text())
     first, second = looks["first"]["journal"], looks["second"]["journal"]
-    record(f"\njournal gap: first look {first['lines']} lines, cursor gone after rotate+vacuum; second look: {second['gap']}")
+    record(f"\njournal gap: first look {first['lines']} lines, cursor gone after {looks['vacuum_tries']} rotate+vacuum(s); second look: {second['gap']}")
     assert first["gap"] is None and first["records"] > 0
     assert second["gap"] and "vacuumed" in second["gap"] and second["records"] > 0
 
