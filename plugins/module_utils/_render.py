@@ -238,7 +238,7 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
 
 def deploy_lines(report: Report) -> list[str]:
     """The change, the traffic and the rollback start, when there were any."""
-    lines: list[str] = []
+    lines: list[str] = [f"repaired: {cut(repair, MSG_LIMIT)}" for repair in report.get("repairs") or []]
     deploy = report.get("deploy") or {}
     if deploy.get("requested"):
         files = []

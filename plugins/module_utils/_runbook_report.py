@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+
 Report = t.Dict[str, t.Any]
 Observed = t.Mapping[str, t.Any]
 
@@ -225,11 +227,13 @@ def _deploy_outcome(deploy: t.Mapping[str, t.Any], failure: t.Any, observed: Obs
     a start that passed but whose host the router did not take back fails."""
     if not deploy or failure is not None or observed.get("check_mode"):
         return outcome
-    if deploy.get("restart_needed") is False:
+    # verified in place: skipped when there was nothing else to do, the verification's verdict when
+    # this run repaired what an earlier one left (a host put back into rotation is not a skip)
+    if deploy.get("restart_needed") is False and outcome["verdict"] != "fail" and not deploy.get("repairs"):
         return {
             "verdict": "skipped",
             "reason": "unchanged",
-            "msg": "the new configuration is already in place: nothing was restarted (sglang_restart_force_restart restarts anyway)",
+            "msg": "the new configuration is already in place and serves: nothing was restarted (sglang_restart_force_restart restarts anyway)",
         }
     error = _mapping(deploy.get("traffic")).get("error")
     if outcome["verdict"] == "pass" and error:
@@ -267,6 +271,7 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
             "last_lines": list(wait.get("last_lines") or []),
         },
         "traffic": _traffic(deploy.get("traffic")),
+        "repairs": [_text(repair) for repair in deploy.get("repairs") or []],
     }
 
 
@@ -394,7 +399,21 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
         "journal_reason": journal.get("reason"),
         **_node(observed),
         "first_fatal": _first_fatal(journal.get("fatal")),
+        "run_record": _run_record_section(observed),
         **_evidence(journal, journal.get("tail"), [journal.get("gap")]),
+    }
+
+
+def _run_record_section(observed: Observed) -> dict[str, t.Any]:
+    """What the last rollout left on the host: its run, step and outcome; a record that could not be used, why."""
+    read = _mapping(observed.get("record"))
+    record = _mapping(read.get("record"))
+    return {
+        "run_id": record.get("run_id"),
+        "step": record.get("step"),
+        "outcome": record.get("outcome"),
+        "left": _rollout.interrupted(record),
+        "problem": read.get("problem"),
     }
 
 
@@ -500,10 +519,18 @@ def _unrecognized_strict(observed: Observed, look: _Look, unit: str, host: str) 
     )
 
 
+def _interrupted_run(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """A rollout killed or cancelled on this host left it drained or on an unproven configuration
+    (its run record on the host says so): the server may answer, but the host is not in service."""
+    left = _rollout.interrupted(_mapping(observed.get("record")).get("record"))
+    return None if left is None else ("interrupted_run", f"{host} is {left}")
+
+
 _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None], ...] = (
     _unit_not_active,
     _health_failed,
     _fatal_log,
     _not_ready,
     _unrecognized_strict,
+    _interrupted_run,
 )
