@@ -58,8 +58,8 @@ def _filter_refusal(filter_function: t.Callable[..., t.Any], text: str, rules: l
 
 
 def run_journal_scan(args: dict[str, t.Any], tmp: Path) -> dict[str, t.Any]:
-    """The journal_scan module run as Ansible runs a module (its arguments from a file), with the
-    collection on the path; its JSON result. Never a traceback."""
+    """The journal_scan module file run by itself, its arguments in a file (as one debugs a module),
+    with the collection on the path: its JSON result. Never a traceback."""
     args_file = tmp / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=str(REPO / "collections"))
