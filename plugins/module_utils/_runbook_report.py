@@ -465,40 +465,61 @@ def _placeholder(observed: Observed) -> bool:
     return bool(_node(observed)["node_rank"] >= 1)
 
 
-def _fatal_note(look: _Look) -> str:
-    """Added to the message of a failed unit or health check: the fatal lines usually say why."""
-    fatal = look.journal.get("fatal") or []
-    if not fatal:
-        return ""
-    return f"; the current invocation logged {len(fatal)} fatal event(s), first: {_excerpt(fatal[0])}"
-
-
 def _excerpt(event: t.Any) -> str:
     return _text(_mapping(event).get("message"))[:EXCERPT]
 
 
-def _unit_not_active(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+def _unit_problem(look: _Look, unit: str) -> str | None:
+    """What is wrong with the unit's state, or None when it is active (running)."""
     active, sub, result = (_text(look.unit.get(key)) for key in ("ActiveState", "SubState", "Result"))
     if active == "active" and sub == "running":
         return None
     how = f", Result={result}" if result not in ("", "success") else ""
-    return "unit_not_active", f"{unit} is {active or 'unknown'} ({sub or 'unknown'}), not active (running){how}{_fatal_note(look)}"
+    return f"{unit} is {active or 'unknown'} ({sub or 'unknown'}), not active (running){how}"
 
 
-def _health_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+def _health_problem(observed: Observed, look: _Look, host: str) -> str | None:
+    """What is wrong with the health answer, or None when it counts as passed (200, or a
+    placeholder's answer, which is not counted)."""
     status = look.health.get("status")
     if status == 200 or _placeholder(observed):
         return None
     url = _text(look.health.get("url")) or _text(_setting(observed, "health_url", ""))
     answer = f"answered HTTP {status}" if status is not None else f"did not answer: {_text(look.health.get('error')) or 'no probe'}"
-    return "health_failed", f"{url} {answer} (probed from {host}), not 200{_fatal_note(look)}"
+    return f"{url} {answer} (probed from {host}), not 200"
+
+
+def _health_seen(observed: Observed, look: _Look, host: str) -> str:
+    """The health answer in a few words, whatever it was."""
+    problem = _health_problem(observed, look, host)
+    if problem is not None:
+        return problem
+    if _placeholder(observed):
+        return "answered by a placeholder (not counted)"
+    return f"{_text(look.health.get('url')) or _text(_setting(observed, 'health_url', ''))} answered HTTP 200"
 
 
 def _fatal_log(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """First, as the restart's wait decides: a fatal line names the cause, whatever the unit's
+    state and the health answer (both said beside it, and kept in the report)."""
     fatal = look.journal.get("fatal") or []
     if not fatal:
         return None
-    return "fatal_log", f"The current invocation logged {len(fatal)} fatal event(s), first: {_excerpt(fatal[0])}"
+    state = _unit_problem(look, unit) or f"{unit} is active (running)"
+    return (
+        "fatal_log",
+        f"The current invocation logged {len(fatal)} fatal event(s); {state}; health: {_health_seen(observed, look, host)}; first: {_excerpt(fatal[0])}",
+    )
+
+
+def _unit_not_active(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    problem = _unit_problem(look, unit)
+    return None if problem is None else ("unit_not_active", problem)
+
+
+def _health_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    problem = _health_problem(observed, look, host)
+    return None if problem is None else ("health_failed", problem)
 
 
 def _not_ready(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
@@ -527,9 +548,9 @@ def _interrupted_run(observed: Observed, look: _Look, unit: str, host: str) -> t
 
 
 _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None], ...] = (
+    _fatal_log,
     _unit_not_active,
     _health_failed,
-    _fatal_log,
     _not_ready,
     _unrecognized_strict,
     _interrupted_run,
