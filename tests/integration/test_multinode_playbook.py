@@ -129,8 +129,10 @@ def test_a_crash_on_node_1_fails_the_canary_deployment_fast_and_names_node_1(top
     line, the report names node 1 and its line as the root cause and node 0's distributed error as a
     consequence, and the second deployment is never touched."""
     before = topology.start_all()
-    topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", SIM_LOAD_SECONDS="3")
-    topology.scenario("sim1", SIM_LOAD_SECONDS="3")
+    # a start phase long enough that every node's wait follows its invocation before node 1 crashes, even on a
+    # loaded machine: a crash before that is restarted by systemd and the wait would watch the new invocation
+    topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
+    topology.scenario("sim1", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
     reports = tmp_path / "reports"
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(reports)}, inventory=topology.inventory)
     out = run.output
@@ -166,8 +168,9 @@ def test_a_hang_on_node_1_fails_the_deployment_as_stalled_naming_node_1(topology
     """Node 1 stops making progress (alive, silent); node 0 goes on loading, then waits for it at the
     next collective. The stall limit fails node 1 first, and the deployment names it."""
     topology.start_all()
-    topology.scenario("sim2", SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="4")
-    topology.scenario("sim1", SIM_LOAD_SECONDS="4")
+    # node 0 keeps loading well past node 1's stall limit, so node 1 stalls first whatever the load on the machine
+    topology.scenario("sim2", SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="16")
+    topology.scenario("sim1", SIM_LOAD_SECONDS="16")
     reports = tmp_path / "reports"
     extra = {**QUICK, "sglang_restart_stall_limit": 8, "sglang_restart_report_dir": str(reports)}
     run = run_playbook(PLAYBOOK, extra_vars=extra, limit="sim1,sim2", inventory=topology.inventory)
