@@ -182,6 +182,11 @@ def advance(
             value = _merge_traffic(record.get("traffic"), value)
         elif key == "change":
             value = {**value, "files": clean_files(value.get("files"))} if isinstance(value, dict) else None
+        elif key == "change_flags":
+            # proven / settled marked on the change the host's record holds, whatever the caller knows of it
+            if isinstance(record.get("change"), dict) and isinstance(value, dict):
+                record["change"] = {**record["change"], **{flag: bool(value[flag]) for flag in ("proven", "settled") if flag in value}}
+            continue
         elif key not in ("before_invocation", "outcome", "repairs"):
             raise RecordError(f"a run record has no field {key!r}")
         record[key] = value

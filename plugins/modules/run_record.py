@@ -43,7 +43,8 @@ options:
   updates:
     description:
       - Fields of the record this step sets - C(change) (C(files) with C(path), C(kind), C(existed),
-        C(previous_sha256), C(new_sha256); C(proven), C(settled)), C(traffic) (C(out), C(router_url), C(worker),
+        C(previous_sha256), C(new_sha256); C(proven), C(settled)), C(change_flags) (C(proven) and/or C(settled)
+        set on the change the host's record already holds), C(traffic) (C(out), C(router_url), C(worker),
         C(hooks)), C(before_invocation), C(outcome), C(repairs).
     type: dict
     default: {}

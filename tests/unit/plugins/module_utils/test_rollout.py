@@ -43,9 +43,9 @@ def killed_at(step: str, written: bool = True) -> dict[str, Any]:
         if order.index(step) >= order.index(later):
             updates: dict[str, Any] = {}
             if later == "passed":
-                updates = {"change": {**record["change"], "proven": True}}
+                updates = {"change_flags": {"proven": True}}
             if later == "rolled_back":
-                updates = {"change": {**record["change"], "settled": True}}
+                updates = {"change_flags": {"settled": True}}
             record = _run_record.advance(record, UNIT, "run-1", later, updates, now=4)
     assert record["step"] == step
     return record
@@ -240,3 +240,11 @@ def test_change_entries_keep_an_earlier_runs_backup() -> None:
     kept = _rollout.change_entries(files, host(NEW, backup=OLD), [{"path": DROPIN, "existed": True}])
     assert kept[0]["previous_sha256"] == sha(OLD) and kept[0]["new_sha256"] == sha(NEW)
     assert "content" not in kept[0] and "previous" not in kept[0]
+
+
+def test_change_flags_mark_the_change_the_host_holds_and_keep_its_files() -> None:
+    record = killed_at("wait")
+    proven = _run_record.advance(record, UNIT, "run-1", "passed", {"change_flags": {"proven": True}})
+    assert proven["change"]["proven"] is True and proven["change"]["files"] == record["change"]["files"]
+    # no change in the record: nothing to mark, nothing invented
+    assert _run_record.advance(None, UNIT, "run-1", "passed", {"change_flags": {"proven": True}})["change"] is None
