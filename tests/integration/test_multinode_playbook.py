@@ -133,6 +133,10 @@ def test_a_crash_on_node_1_fails_the_canary_deployment_fast_and_names_node_1(top
     # loaded machine: a crash before that is restarted by systemd and the wait would watch the new invocation
     topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
     topology.scenario("sim1", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
+    # no automatic restart of the crashed node: on a loaded machine systemd could restart it before its
+    # wait reads the fatal line, and the wait would see a restart first (the test is about the fatal line)
+    no_restart = f"/etc/systemd/system/{UNIT}.d/90-no-restart.conf"
+    topology.fleet.ssh("sim2", f"mkdir -p $(dirname {no_restart}) && printf '[Service]\\nRestart=no\\n' > {no_restart} && systemctl daemon-reload")
     reports = tmp_path / "reports"
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(reports)}, inventory=topology.inventory)
     out = run.output
