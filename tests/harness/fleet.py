@@ -845,8 +845,13 @@ class Fleet:
                 signal.signal(signum, _exit_on_signal)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised as an interrupt: pytest stops the session on it and tears the fleet
+    down (a SystemExit raised inside a test would only fail that test, and the session go on)."""
+
+
 def _exit_on_signal(signum: int, _frame: types.FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(f"signal {signum}")
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -389,6 +390,7 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     0 if every run passed."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     runs = [run for lane in lanes for run in lane]
+    started: list[tuple[Run, subprocess.Popen[bytes]]] = []
     done = threading.Event()
     printing = threading.Lock()
 
@@ -397,7 +399,13 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
         with run.log.open("w", encoding="utf-8") as out:
             out.write(f"$ {shlex.join(run.argv)}\n")
             out.flush()
-            proc = subprocess.run(run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False)
+            # a process group of its own: an interrupted runner stops it, with all it started (stop_runs)
+            proc = subprocess.Popen(
+                run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            with printing:
+                started.append((run, proc))
+            proc.wait()
         run.returncode = proc.returncode
         run.elapsed = time.monotonic() - run.started
         with printing:
@@ -418,17 +426,50 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
         say(f"lane {number} (network {runs_in_lane[0].env['INFEROPS_FLEET_NET']}): " + ", then ".join(r.name for r in runs_in_lane))
     watcher = threading.Thread(target=progress, daemon=True)
     watcher.start()
+    previous = {signum: signal.signal(signum, _interrupted) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
             for future in [pool.submit(lane, runs_in_lane) for runs_in_lane in lanes]:
                 future.result()
+    except BaseException:
+        stop_runs(started)
+        raise
     finally:
         done.set()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print("\n==== side by side ====")
     for run in runs:
         outcome = "passed" if run.returncode == 0 else f"FAILED (exit {run.returncode}, log {run.log})"
         print(f"{run.name}: {outcome} in {minutes(run.elapsed)}")
     return 0 if all(run.returncode == 0 for run in runs) else 1
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_runs(started: Sequence[tuple[Run, subprocess.Popen[bytes]]], grace: float = 30) -> None:
+    """The runner was interrupted (Ctrl-C, SIGTERM, SIGHUP): stop every run still going, with what
+    it started (an interrupt first, so that its fixtures tear its fleet down), kill what is left after
+    ``grace`` seconds, then tear down each run's fleet, so that no host is left running."""
+    running = [(run, proc) for run, proc in started if proc.poll() is None]
+    for _run, proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+    deadline = time.monotonic() + grace
+    for _run, proc in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for run, _proc in running:
+        fleet_dir = run.env["INFEROPS_FLEET_DIR"]
+        for directory in (fleet_dir, fleet_dir + "-molecule"):
+            if os.path.isdir(directory):
+                env = {**run.env, "INFEROPS_FLEET_DIR": directory}
+                subprocess.run([sys.executable, "-m", "tests.harness.fleet", "down"], cwd=REPO_ROOT, env=env, check=False, stdin=subprocess.DEVNULL)
 
 
 def minutes(seconds: float) -> str:
