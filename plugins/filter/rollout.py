@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import typing as t
 
 from ansible.errors import AnsibleFilterError
@@ -23,7 +22,7 @@ def rollout_reconcile(read: t.Any, unit: t.Any, requested: t.Any = None) -> dict
     for entry in plain(requested) or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not isinstance(entry.get("content"), str):
             raise AnsibleFilterError("rollout_reconcile: requested must be a list of files, each with a path and a content")
-        files.append({"path": entry["path"], "new_sha256": hashlib.sha256(entry["content"].encode("utf-8")).hexdigest()})
+        files.append({"path": entry["path"], "new_sha256": _rollout.content_sha256(entry["content"])})
     data = plain(read)
     return _rollout.reconcile(data.get("record"), data.get("problem"), data.get("host_files") or {}, plain(unit), files)
 
@@ -44,15 +43,8 @@ def rollout_change(files: t.Any, read: t.Any, plan: t.Any) -> list[dict[str, t.A
     return _rollout.change_entries(plain(files), host_files, unproven)
 
 
-def content_sha256(text: t.Any) -> str:
-    """The SHA-256 of a text's UTF-8 bytes, as the run record keeps a file's content."""
-    if not isinstance(text, str):
-        raise AnsibleFilterError(f"content_sha256: input must be text, got {type(text).__name__}")
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 class FilterModule:
     """inferops.runbooks rollout filters."""
 
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"rollout_reconcile": rollout_reconcile, "rollout_decide": rollout_decide, "rollout_change": rollout_change, "content_sha256": content_sha256}
+        return {"rollout_reconcile": rollout_reconcile, "rollout_decide": rollout_decide, "rollout_change": rollout_change}

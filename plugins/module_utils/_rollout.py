@@ -184,20 +184,21 @@ def change_entries(
         if path in pending:
             previous = host_files.get(path, {}).get("previous_sha256")
         else:
-            previous = _sha256(entry["previous"]) if entry.get("existed") and isinstance(entry.get("previous"), str) else None
+            previous = content_sha256(entry["previous"]) if entry.get("existed") and isinstance(entry.get("previous"), str) else None
         entries.append(
             {
                 "path": path,
                 "kind": entry.get("kind"),
                 "existed": bool(entry.get("existed")),
                 "previous_sha256": previous,
-                "new_sha256": _sha256(entry.get("content") or ""),
+                "new_sha256": content_sha256(entry.get("content") or ""),
             }
         )
     return entries
 
 
-def _sha256(text: str) -> str:
+def content_sha256(text: str) -> str:
+    """The hash of a text's UTF-8 bytes: what ``_run_record.sha256_of`` gives for a file holding it."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
