@@ -355,7 +355,7 @@ def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1"}
     if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
-    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_TARGETS[version.runs]]
+    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30", *PYTEST_TARGETS[version.runs]]
     env = run_env(venv.bin, f"{fleet_base}-{version.minor}", net, **extra)
     return Run(version.label, argv, env, LOG_DIR / f"{version.minor}.log")
 

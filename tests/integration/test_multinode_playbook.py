@@ -172,16 +172,18 @@ def test_a_hang_on_node_1_fails_the_deployment_as_stalled_naming_node_1(topology
     """Node 1 stops making progress (alive, silent); node 0 goes on loading, then waits for it at the
     next collective. The stall limit fails node 1 first, and the deployment names it."""
     topology.start_all()
-    # node 0 keeps loading well past node 1's stall limit, so node 1 stalls first whatever the load on the machine
-    topology.scenario("sim2", SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="16")
-    topology.scenario("sim1", SIM_LOAD_SECONDS="16")
+    # tqdm's updates reach the journal only with the bar's closing newline: after "Load weight begin" node 1's
+    # journal stays silent (it hangs mid-bar), node 0's next line is its bar's end 9 s later, then it waits
+    # for node 1 in silence. With a stall limit past those 9 s, node 1 stalls first whatever the machine's load.
+    topology.scenario("sim2", SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="10")
+    topology.scenario("sim1", SIM_LOAD_SECONDS="10")
     reports = tmp_path / "reports"
-    extra = {**QUICK, "sglang_restart_stall_limit": 8, "sglang_restart_report_dir": str(reports)}
+    extra = {**QUICK, "sglang_restart_stall_limit": 12, "sglang_restart_report_dir": str(reports)}
     run = run_playbook(PLAYBOOK, extra_vars=extra, limit="sim1,sim2", inventory=topology.inventory)
     out = run.output
     assert run.returncode != 0, run
     assert f"deployment dsr1 (2 nodes: sim1, sim2) {UNIT}: FAIL (stalled)" in out
-    assert "root cause: sim2 (node 1), stalled" in out
+    assert "root cause: sim2 (node 1), stalled" in out, out[out.find("deployment dsr1 (2 nodes") :][:3000]
     report = deployment_report(reports, "dsr1")
     nodes = {node["host"]: node for node in report["nodes"]}  # type: ignore[attr-defined]
     assert "no progress in phase loading weights" in nodes["sim2"]["msg"]
