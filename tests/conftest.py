@@ -1,4 +1,5 @@
-"""Session-wide pytest hooks: the measured figures go at the end of the run's output, and no test
+"""Session-wide pytest hooks: a run on one ansible-core version selects its tests
+(``tests/harness/lanes.py``), the measured figures go at the end of the run's output, and no test
 may leave the controller's device nodes broken."""
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from typing import Any
 import pytest
 
 from tests.figures import RECORDED
+from tests.harness.lanes import Case, LaneError, check_lane, runs_here
+
+UNIT_TESTS = os.path.join("tests", "unit", "")
 
 # the device nodes every tool on the controller (ssh, systemd-nspawn, Ansible) relies on
 DEVICES = {"/dev/null": (1, 3), "/dev/zero": (1, 5), "/dev/urandom": (1, 9)}
@@ -55,6 +59,35 @@ def _device_nodes_intact() -> Iterator[None]:
         if os.geteuid() == 0:
             repair_devices()
         pytest.fail("this test left the controller's device nodes broken (repaired now): " + "; ".join(after))
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", "ansible: a unit test that exercises ansible-core (run on every version)")
+    try:
+        check_lane(os.environ.get("INFEROPS_LANE", ""))
+    except LaneError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    lane = os.environ.get("INFEROPS_LANE", "")
+    if not lane:
+        return
+    cases = [
+        Case(
+            nodeid=item.nodeid,
+            unit=item.nodeid.startswith(UNIT_TESTS),
+            ansible=item.get_closest_marker("ansible") is not None,
+            function=item.nodeid.split("[", 1)[0],
+            parametrized=hasattr(item, "callspec"),
+        )
+        for item in items
+    ]
+    keep = runs_here(cases, lane)
+    deselected = [item for item, kept in zip(items, keep) if not kept]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item, kept in zip(items, keep) if kept]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

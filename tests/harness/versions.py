@@ -352,7 +352,7 @@ def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, 
 def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     """The unit tests plus the whole integration suite (oldest, newest) or the short run (the others)."""
     version = venv.version
-    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1"}
+    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "INFEROPS_LANE": version.runs, "PYTHONDONTWRITEBYTECODE": "1"}
     if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
     argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30", *PYTEST_TARGETS[version.runs]]

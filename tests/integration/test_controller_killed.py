@@ -42,13 +42,20 @@ from tests.integration.test_deploy_playbook import (
 RECORD = "/var/lib/inferops/sglang.service.json"
 GOOD = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL}\n"
 CRASHING = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL} SIM_SCENARIO=crash SIM_PHASE=loading_weights\n"
-# (step the controller is killed at, the new configuration, how): each case is two real runs, so the kill
-# points are shared out between the two whole-suite lanes (oldest and newest ansible-core); the points
-# not run here (after the stop, after the pass, in the rollback's first step) are replayed in the unit
-# tests of the decisions (tests/unit/plugins/module_utils/test_rollout.py)
-NEWEST_POINTS = [("drain", GOOD, "kill"), ("wait", GOOD, "kill"), ("wait", CRASHING, "kill"), ("wait", GOOD, "awx")]
-OLDEST_POINTS = [("deploy", GOOD, "kill"), ("restore", GOOD, "kill"), ("rollback_wait", CRASHING, "kill")]
-POINTS = OLDEST_POINTS if os.environ.get("INFEROPS_ANSIBLE_CORE", "").startswith("2.16.") else NEWEST_POINTS
+# (step the controller is killed at, the new configuration, how): each case is two real runs; the two
+# whole-suite lanes run every other one (tests/harness/lanes.py), in this order: the newest the drain, the
+# good wait, the crashing wait and the AWX cancel, the oldest the deploy, the restore and the rollback's
+# wait. The points not run here (after the stop, after the pass, in the rollback's first step) are
+# replayed in the unit tests of the decisions (tests/unit/plugins/module_utils/test_rollout.py)
+POINTS = [
+    ("drain", GOOD, "kill"),
+    ("deploy", GOOD, "kill"),
+    ("wait", GOOD, "kill"),
+    ("restore", GOOD, "kill"),
+    ("wait", CRASHING, "kill"),
+    ("rollback_wait", CRASHING, "kill"),
+    ("wait", GOOD, "awx"),
+]
 
 
 def host_record(fleet: Fleet, host: str) -> dict[str, object]:

@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import deployment_verdict
 from tests.unit.plugins.module_utils.observations import CRASHED, restart_report, wait_result
+
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "deployment_report.yml"

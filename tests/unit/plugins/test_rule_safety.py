@@ -28,6 +28,8 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._options import 
 from tests.figures import record
 from tests.unit.conftest import CORPUS
 
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
+
 REPO = Path(__file__).resolve().parents[3]
 MODULE = REPO / "plugins" / "modules" / "journal_scan.py"
 # the line of issue 22: 50 KB of 'a' ending in 'b', one line

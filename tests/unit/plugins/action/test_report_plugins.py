@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
 from tests.unit.plugins.module_utils.observations import CRASHED, restart_observed, wait_result
+
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
 
 REPO = Path(__file__).resolve().parents[4]
 PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "report_plugins.yml"
