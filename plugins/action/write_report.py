@@ -9,7 +9,9 @@ file in the same directory, then a rename); the managed host is not contacted. R
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 import typing as t
 
@@ -27,7 +29,17 @@ FILE_MODE = 0o644
 
 
 def write_atomically(path: str, text: str) -> bool:
-    """Write ``text`` to ``path`` unless it already holds exactly that; True when written."""
+    """Write ``text`` to ``path`` unless it already holds exactly that; True when written.
+
+    Only a regular file is ever replaced: the rename would put a regular file in place of a device,
+    a pipe or a link (a report path that is, or links to, ``/dev/null`` would replace the link, or
+    with the link resolved the controller's ``/dev/null`` itself), so such a path is refused."""
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise OSError(errno.EEXIST, f"{path} exists and is not a regular file ({stat.filemode(existing.st_mode)}); the report is not written over it")
     try:
         with open(path, encoding="utf-8") as handle:
             if handle.read() == text:

@@ -30,8 +30,13 @@ options:
         rank and level prefixes; or a list of such expressions, meaning any of them (each is its own
         expression, never a character class). A number or any other type is refused.
       - A rule sees at most the first 16384 characters of a line (a longer line is cut, with a note of how much
-        was left out). A pattern whose cost grows faster than the line (nested or unanchored repeats that
-        backtrack) is refused by the roles' preflight, which tries every rule on long adversarial lines first.
+        was left out). A pattern whose cost grows faster than the line (nested or overlapping repeats that
+        backtrack without bound, such as V((a+\)+$), or unanchored repeats tried from every position) is refused
+        before any line is read, with a message naming the rule - by the roles' validation and
+        M(inferops.runbooks.wait_ready) on the controller, by the filters, and by M(inferops.runbooks.journal_scan).
+        Each rule is first tried, in a separate process stopped after half a second of CPU, on long adversarial
+        lines - runs of common characters, and lines made from the pattern's own repeats.
+        M(inferops.runbooks.service_probe), which the wait calls again and again, leaves that check to its caller.
       - A rule that cannot be used fails the task with a message naming it.
     type: list
     elements: dict

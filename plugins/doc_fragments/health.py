@@ -10,7 +10,7 @@ class ModuleDocFragment:
 options:
   health_timeout:
     description:
-      - Seconds to wait for the health endpoint's answer; SGLang's can take up to 20 s.
+      - Seconds to wait for the health endpoint's answer; SGLang's can take up to 20 s. More than 0.
     type: float
     default: 30
   validate_certs:

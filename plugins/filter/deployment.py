@@ -16,6 +16,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment impo
     rollout,
     topology,
 )
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 
 def _host_list(value: t.Any, what: str, filter_name: str) -> list[str]:
@@ -73,11 +74,11 @@ def deployment_node(deployments: t.Any, host: t.Any) -> dict[str, t.Any]:
 
 
 def deployment_verdict_filter(reports: t.Any, name: t.Any) -> dict[str, t.Any]:
-    """One verdict for a deployment from its nodes' reports."""
+    """One verdict for a deployment from its nodes' reports: the deployment's report."""
     if not isinstance(reports, list) or not all(isinstance(report, t.Mapping) for report in reports):
         raise AnsibleFilterError("deployment_verdict: input must be a list of the nodes' reports (dicts)")
     try:
-        return deployment_verdict(str(name), reports)
+        return deployment_verdict(str(name), plain(reports))
     except TopologyError as exc:
         raise AnsibleFilterError(f"deployment_verdict: {exc}") from None
 

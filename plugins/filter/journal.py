@@ -11,19 +11,21 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import (
     ENGINES,
     RuleError,
+    check_rules,
     classify,
     classify_line,
-    load_rules,
 )
 
 
 def _rules(engine: str, extra_rules: t.Any, disabled_rules: t.Any, filter_name: str) -> t.Any:
+    """The rules, checked as the roles check them before anything restarts: a user's rule that
+    backtracks without bound is refused, naming it, before any line is read."""
     if engine not in ENGINES:
         raise AnsibleFilterError(f"{filter_name}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if disabled_rules is not None and not isinstance(disabled_rules, (list, tuple)):
         raise AnsibleFilterError(f"{filter_name}: disabled_rules must be a list of rule ids, got {type(disabled_rules).__name__}")
     try:
-        return load_rules(engine, extra_rules, disabled_rules)
+        return check_rules(engine, extra_rules, disabled_rules, shipped=False)
     except RuleError as exc:
         raise AnsibleFilterError(f"{filter_name}: {exc}") from None
 

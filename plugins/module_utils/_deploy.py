@@ -24,7 +24,6 @@ FALSE_WORDS = ("false", "no", "off", "0")
 # Variables (without the role prefix) by the kind of value they take.
 TEXT = ("dropin_name", "dropin_content", "dropin_template", "env_file", "env_content", "env_template", "router_url", "worker_url", "load_url")
 BOOLS = ("force_restart", "rollback", "verify_unit")
-POSITIVE_INTS = ("router_timeout", "drain_timeout")
 HOOK_LISTS = ("drain_hooks", "restore_hooks")
 SECRETS = ("router_api_key",)
 URLS = ("router_url", "worker_url", "load_url")
@@ -44,6 +43,7 @@ def deploy_option_problems(options: t.Mapping[str, t.Any], base_dir: str = ".") 
     ``options`` maps variable names without the ``sglang_restart_`` prefix to their values as the
     role sees them (AWX surveys send text: numbers and booleans may be strings). Relative template
     and hook paths are looked up under ``base_dir`` (the playbook's directory) on the controller.
+    The timeouts are held to their floors with every other number (``_options.FLOORS``).
     """
     problems: list[str] = []
     for name in TEXT + SECRETS:
@@ -52,9 +52,6 @@ def deploy_option_problems(options: t.Mapping[str, t.Any], base_dir: str = ".") 
     for name in BOOLS:
         if name in options and as_bool(options[name]) is None:
             problems.append(f"{PREFIX}{name} must be true or false, got {options[name]!r}")
-    for name in POSITIVE_INTS:
-        if name in options and (as_int(options[name]) or 0) <= 0:
-            problems.append(f"{PREFIX}{name} must be a whole number of seconds > 0, got {options[name]!r}")
     if problems:
         return problems
     problems += _file_problems(options, base_dir)
@@ -140,18 +137,6 @@ def as_bool(value: t.Any) -> bool | None:
         return value
     text = str(value).strip().lower() if isinstance(value, (str, int)) else None
     return True if text in TRUE_WORDS else False if text in FALSE_WORDS else None
-
-
-def as_int(value: t.Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
 
 
 def running_requests(answer: t.Any) -> int | None:

@@ -89,9 +89,45 @@ def wait_argument_spec() -> Spec:
 
 # -- value checks beyond types: each returns the problems found, as text naming the option ------
 
-POSITIVE = ("budget", "poll_interval", "heartbeat", "health_timeout", "stall_limit")
-NOT_NEGATIVE = ("soak",)
-AT_LEAST_ONE = ("health_successes",)
+
+class Floor(t.NamedTuple):
+    """The least value a number option may take: ``lowest`` itself allowed or not, and what the
+    number is, in the words of the refusal (``must be a number of seconds > 0, got 0``)."""
+
+    lowest: int
+    inclusive: bool
+    what: str
+
+    def holds(self, value: t.Any) -> bool:
+        return (_at_least if self.inclusive else _above)(value, self.lowest)
+
+    def refusal(self, name: str, value: t.Any) -> str:
+        return f"{name} must be {self.what} {'>=' if self.inclusive else '>'} {self.lowest}, got {_shown(value)}"
+
+
+SECONDS = Floor(0, False, "a number of seconds")
+WHOLE_SECONDS = Floor(0, False, "a whole number of seconds")
+# The floor of every number the wait or a role takes (a timeout of 0 or less would only fail once the
+# server was restarted); the port has its range (PORTS). tests/unit holds every number option of the
+# roles to an entry here, and its documentation (meta/argument_specs.yml) to saying it.
+FLOORS: dict[str, Floor] = {
+    "budget": SECONDS,
+    "stall_limit": SECONDS,
+    "poll_interval": SECONDS,
+    "heartbeat": SECONDS,
+    "health_timeout": SECONDS,
+    "soak": Floor(0, True, "a number of seconds"),
+    "health_successes": Floor(1, True, "a whole number"),
+    "release_timeout": WHOLE_SECONDS,
+    "smoke_timeout": WHOLE_SECONDS,
+    "router_timeout": WHOLE_SECONDS,
+    "drain_timeout": WHOLE_SECONDS,
+}
+
+
+def floor_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    """The options of ``args`` below their floor (FLOORS), each named with ``prefix``."""
+    return [floor.refusal(f"{prefix}{name}", args[name]) for name, floor in FLOORS.items() if name in args and not floor.holds(args[name])]
 
 
 def wait_option_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
@@ -100,16 +136,7 @@ def wait_option_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[
     ``prefix`` goes before each option's name in the messages (a role's variables are
     ``<role>_<option>``).
     """
-    problems = []
-    for name in POSITIVE:
-        if name in args and not _above(args[name], 0):
-            problems.append(f"{prefix}{name} must be a number of seconds > 0, got {args[name]!r}")
-    for name in NOT_NEGATIVE:
-        if name in args and not _at_least(args[name], 0):
-            problems.append(f"{prefix}{name} must be a number of seconds >= 0, got {args[name]!r}")
-    for name in AT_LEAST_ONE:
-        if name in args and not _at_least(args[name], 1):
-            problems.append(f"{prefix}{name} must be a whole number >= 1, got {args[name]!r}")
+    problems = floor_problems(args, prefix)
     problems.extend(stall_limit_problems(args.get("stall_limits"), prefix))
     problems.extend(deployment_problems(args, prefix))
     return problems
@@ -290,7 +317,8 @@ def check_role_values(
             problems.append(f"{prefix}{name} {problem}")
     if "smoke_test" in values and values["smoke_test"] is None:
         values["smoke_test"] = values.get("engine") in SMOKE_BY_DEFAULT
-    problems.extend(wait_option_problems({name: values[name] for name in WAIT_OPTIONS if name in values}, prefix))
+    problems.extend(floor_problems(values, prefix))
+    problems.extend(stall_limit_problems(values.get("stall_limits"), prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))
     if role == "sglang_restart":
         problems.extend(deploy_option_problems({name: values[name] for name in DEPLOY_OPTIONS if name in values}, base_dir))
@@ -436,9 +464,6 @@ def _role_only_problems(values: t.Mapping[str, t.Any], prefix: str, target_names
             problems.append(f"{prefix}unit {problem}, got {_shown(values['unit'])}")
     if "port" in values and not PORTS[0] <= values["port"] <= PORTS[1]:
         problems.append(f"{prefix}port must be a TCP port ({PORTS[0]}-{PORTS[1]}), got {values['port']!r}")
-    for name in ("release_timeout", "smoke_timeout"):
-        if name in values and not values[name] > 0:
-            problems.append(f"{prefix}{name} must be a number of seconds > 0, got {values[name]!r}")
     for url, allow, why in TARGET_URLS:
         # the smoke URL is only used (and only gets the API key) with the smoke test on
         if url in values and (url != "smoke_url" or values.get("smoke_test")):

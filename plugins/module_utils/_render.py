@@ -9,12 +9,17 @@ with one test case per host, for CI. ``report_json``: the whole report. ``stats`
 ``set_stats`` publishes (AWX artifacts, ansible-runner's ``artifact_data``). ``report_files``:
 where the JSON and JUnit files go. What
 differs between the roles is data, in ``FORMS``; every section is shared.
+
+The report of a multi-node deployment (``plugin_utils/_deployment.deployment_verdict``: its verdict,
+a summary per node and every node's whole report) goes through the same functions: one screen for
+the deployment, one test case, its own ``set_stats`` figures, files named after the deployment.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 import typing as t
 import xml.etree.ElementTree as ET
 
@@ -29,12 +34,14 @@ UNRECOGNIZED_SHOWN = 5
 LAST_LINES_SHOWN = 10
 TRACEBACK_HEAD, TRACEBACK_TAIL = 2, 4
 JUNIT_MESSAGE_LIMIT = 500
+DEPLOYMENT_MSG_LIMIT = 300
+NODE_MSG_LIMIT = 240
 # XML 1.0 has no place for these (tqdm's carriage returns are allowed, ANSI escapes are not)
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 class Form(t.NamedTuple):
-    """How one role's report is named and what it publishes."""
+    """How one role's report is named and what it publishes, for a host and for a deployment."""
 
     test_name: str
     headline: t.Callable[[Report], str]
@@ -43,6 +50,12 @@ class Form(t.NamedTuple):
     file_suffix: str
     properties: tuple[tuple[str, str], ...]
     stats: tuple[tuple[str, str], ...]
+    deployment_headline: t.Callable[[Report], str]
+    # what a node's line says when it reached no phase
+    no_phase: str
+    deployment_stats: tuple[tuple[str, str], ...]
+    # each node's set_stats figures: the names of its fields, or one name for that field's value alone
+    node_stats: t.Union[str, tuple[str, ...]]
 
 
 def _unit_named(report: Report) -> str:
@@ -78,6 +91,25 @@ def _precheck_headline(report: Report) -> str:
     dry = " [check mode]" if report.get("check_mode") else ""
     return (
         f"{report.get('host')} {_unit_named(report)}: precheck {str(report.get('verdict')).upper()} ({report.get('reason')}){dry} "
+        "- read-only, nothing was restarted"
+    )
+
+
+def _deployment_named(report: Report) -> str:
+    nodes = report.get("nodes") or []
+    return f"deployment {report.get('deployment')} ({len(nodes)} nodes: {', '.join(str(node.get('host')) for node in nodes)})"
+
+
+def _restart_deployment_headline(report: Report) -> str:
+    return (
+        f"{_deployment_named(report)} {_unit_named(report)}: {str(report.get('verdict')).upper()} ({report.get('reason')}) "
+        f"after {report.get('elapsed')} s waiting"
+    )
+
+
+def _precheck_deployment_headline(report: Report) -> str:
+    return (
+        f"{_deployment_named(report)} {_unit_named(report)}: precheck {str(report.get('verdict')).upper()} ({report.get('reason')}) "
         "- read-only, nothing was restarted"
     )
 
@@ -122,6 +154,10 @@ FORMS: dict[str, Form] = {
             ("traffic_removed", "traffic.removed"),
             ("traffic_restored", "traffic.restored"),
         ),
+        deployment_headline=_restart_deployment_headline,
+        no_phase="not started",
+        deployment_stats=(("verdict", "verdict"), ("reason", "reason"), ("root_cause", "root_cause.host"), ("elapsed", "elapsed"), ("unit", "unit")),
+        node_stats=("rank", "verdict", "reason", "invocation_id"),
     ),
     "sglang_precheck": Form(
         test_name="precheck",
@@ -149,6 +185,10 @@ FORMS: dict[str, Form] = {
             ("allowlisted", "#allowlisted"),
             ("counts", "counts"),
         ),
+        deployment_headline=_precheck_deployment_headline,
+        no_phase="no journal",
+        deployment_stats=(("verdict", "verdict"), ("reason", "reason"), ("root_cause", "root_cause.host"), ("unit", "unit")),
+        node_stats="verdict",
     ),
 }
 
@@ -171,16 +211,32 @@ def value_at(report: Report, path: str) -> t.Any:
     return value
 
 
+def is_deployment(report: Report) -> bool:
+    """True for the report of a multi-node deployment (``deployment_verdict``'s), with its nodes."""
+    return isinstance(report, t.Mapping) and isinstance(report.get("nodes"), list)
+
+
 def stats(report: Report) -> dict[str, t.Any]:
-    """What ``set_stats`` publishes for the host."""
-    return {name: value_at(report, path) for name, path in form_of(report).stats}
+    """What ``set_stats`` publishes for the host, or for the deployment."""
+    form = form_of(report)
+    if not is_deployment(report):
+        return {name: value_at(report, path) for name, path in form.stats}
+    figures: dict[str, t.Any] = {"deployment": True, **{name: value_at(report, path) for name, path in form.deployment_stats}}
+    nodes = [node for node in report["nodes"] if isinstance(node, t.Mapping)]
+    if isinstance(form.node_stats, str):
+        figures["nodes"] = {node.get("host"): node.get(form.node_stats) for node in nodes}
+    else:
+        figures["nodes"] = {node.get("host"): {name: node.get(name) for name in form.node_stats} for node in nodes}
+    return figures
 
 
 def report_files(report: Report, report_dir: str) -> dict[str, str]:
-    """{"json": path, "junit": path} in ``report_dir``; {} when there is no directory."""
+    """{"json": path, "junit": path} in ``report_dir``, named after the host or the deployment; {} when
+    there is no directory."""
     if not report_dir:
         return {}
-    stem = f"{report_dir.rstrip('/') or '/'}/{report.get('host')}{form_of(report).file_suffix}"
+    name = report.get("deployment") if is_deployment(report) else report.get("host")
+    stem = f"{report_dir.rstrip('/') or '/'}/{name}{form_of(report).file_suffix}"
     return {"json": f"{stem}.json", "junit": f"{stem}.junit.xml"}
 
 
@@ -213,7 +269,9 @@ def _drain_line(drain: t.Mapping[str, t.Any]) -> str:
 
 
 def summary_lines(report: Report, report_dir: str = "") -> list[str]:
-    """One screen per host: the verdict first, then the evidence."""
+    """One screen per host (or per deployment): the verdict first, then the evidence."""
+    if is_deployment(report):
+        return deployment_summary_lines(report, report_dir)
     form = form_of(report)
     lines = [form.headline(report)]
     if report.get("state") in ("rolled_back", "rollback_failed"):
@@ -230,15 +288,86 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines += _smoke(report)
         lines += _last_lines(report)
     lines += deploy_lines(report)
+    return lines + _reports_line(report, report_dir)
+
+
+def _reports_line(report: Report, report_dir: str) -> list[str]:
+    """Where the files went (none are written for a skipped run)."""
     files = report_files(report, report_dir)
-    if files and report.get("verdict") != "skipped":
-        lines.append(f"reports: {files['json']} and {form.file_suffix}.junit.xml")
+    if not files or report.get("verdict") == "skipped":
+        return []
+    return [f"reports: {files['json']} and {form_of(report).file_suffix}.junit.xml"]
+
+
+def deployment_summary_lines(report: Report, report_dir: str = "") -> list[str]:
+    """One screen per multi-node deployment: the verdict, the node where a failure began with its
+    first fatal line and traceback, then every node alongside."""
+    form = form_of(report)
+    lines = [form.deployment_headline(report), cut(report.get("msg"), DEPLOYMENT_MSG_LIMIT)]
+    root = report.get("root_cause")
+    if isinstance(root, t.Mapping) and root:
+        lines.append(f"root cause: {root.get('host')} (node {root.get('rank')}), {root.get('reason')}")
+        first = root.get("first_fatal")
+        if isinstance(first, t.Mapping) and first:
+            lines.append(f"  first fatal line {_fatal_line(first)}")
+            lines += _traceback(_first_event(report, root.get("host")))
+    lines.append("nodes:")
+    for node in report.get("nodes") or []:
+        lines += _node_lines(node, form)
+    return lines + _reports_line(report, report_dir)
+
+
+def _first_event(report: Report, host: t.Any) -> t.Mapping[str, t.Any]:
+    """The first fatal event of a node, from its own report (the deployment's carries them all)."""
+    for node_report in report.get("node_reports") or []:
+        if isinstance(node_report, t.Mapping) and node_report.get("host") == host:
+            fatal = node_report.get("fatal")
+            first = fatal[0] if isinstance(fatal, list) and fatal else {}
+            return first if isinstance(first, t.Mapping) else {}
+    return {}
+
+
+def _at(realtime: t.Any) -> str:
+    """`` at 17:19:21.337 UTC`` for a journal time in microseconds since the epoch."""
+    if isinstance(realtime, bool) or not isinstance(realtime, (int, float)) or not realtime:
+        return ""
+    return f" at {time.strftime('%H:%M:%S', time.gmtime(int(realtime / 1_000_000)))}.{int(realtime // 1000) % 1000:03d} UTC"
+
+
+def _fatal_line(first: t.Mapping[str, t.Any]) -> str:
+    """A node's first fatal line: its rule, ranks, journal time and line, and the message."""
+    ranks = ",".join(str(rank) for rank in first.get("ranks") or [])
+    return (
+        f"[{first.get('rule') or 'no rule'}]{(' on ' + ranks) if ranks else ''}{_at(first.get('realtime'))}"
+        f"{(', journal line ' + str(first['line'])) if first.get('line') else ''}: {cut(first.get('message'), LINE_LIMIT)}"
+    )
+
+
+def _node_lines(node: t.Mapping[str, t.Any], form: Form) -> list[str]:
+    """One node of a deployment: verdict, phase, health (a placeholder's is not counted), invocation;
+    then, unless it is the root cause (shown above), its first fatal line or why it failed."""
+    health = node.get("health") or {}
+    rank = node.get("rank") or 0
+    where = node.get("progress") or str(node.get("phase") or form.no_phase).replace("_", " ")
+    answer = health.get("status") or health.get("error") or "not probed"
+    lines = [
+        f"  {node.get('host')} node {rank}{' (root cause)' if node.get('root_cause') else ''}: {str(node.get('verdict')).upper()} ({node.get('reason')}), "
+        f"{where}, health {answer}{' (placeholder, not counted)' if rank > 0 else ''}, invocation {node.get('invocation_id') or 'none'}"
+    ]
+    if node.get("root_cause"):
+        return lines
+    first = node.get("first_fatal")
+    if isinstance(first, t.Mapping) and first:
+        after = f" {node['after_root_cause']} s after the root cause" if "after_root_cause" in node else ""
+        lines.append(f"    first fatal line{after} {_fatal_line(first)}")
+    elif node.get("verdict") == "fail":
+        lines.append(f"    {cut(node.get('msg'), NODE_MSG_LIMIT)}")
     return lines
 
 
 def deploy_lines(report: Report) -> list[str]:
     """The change, the traffic and the rollback start, when there were any."""
-    lines: list[str] = []
+    lines: list[str] = [f"repaired: {cut(repair, MSG_LIMIT)}" for repair in report.get("repairs") or []]
     deploy = report.get("deploy") or {}
     if deploy.get("requested"):
         files = []
@@ -438,7 +567,10 @@ def _xml(value: t.Any) -> str:
 
 
 def junit_xml(report: Report, report_dir: str = "") -> str:
-    """One test suite with one test case for the host; a ``<failure type="<reason>">`` when it failed."""
+    """One test suite with one test case for the host (or the deployment); a ``<failure type="<reason>">``
+    when it failed."""
+    if is_deployment(report):
+        return deployment_junit_xml(report, report_dir)
     form = form_of(report)
     host, verdict = _xml(report.get("host")), report.get("verdict")
     rollback = report.get("rollback") or {}
@@ -480,9 +612,53 @@ def junit_xml(report: Report, report_dir: str = "") -> str:
             failure = ET.SubElement(again, "failure", {"type": _xml(rollback.get("reason")), "message": _xml(cut(rollback.get("msg"), JUNIT_MESSAGE_LIMIT))})
             events = [f"[{event.get('rule') or 'no rule'}] x{event.get('count')}: {event.get('message')}" for event in rollback.get("fatal") or []]
             failure.text = _xml("\n".join([str(rollback.get("msg") or ""), *events, *rollback.get("last_lines", [])]))
+    return _document(suites)
+
+
+def _document(suites: ET.Element) -> str:
     if hasattr(ET, "indent"):
         ET.indent(suites, space="  ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+_DEPLOYMENT_PROPERTIES = (("deployment", "deployment"), ("unit", "unit"), ("verdict", "verdict"), ("reason", "reason"), ("root_cause", "root_cause.host"))
+
+
+def deployment_junit_xml(report: Report, report_dir: str = "") -> str:
+    """One test suite per multi-node deployment with one test case, the restart (or the precheck) of the
+    deployment; the nodes are properties, and lines of the failure."""
+    form = form_of(report)
+    role, name, verdict = str(report.get("role")), _xml(report.get("deployment")), report.get("verdict")
+    nodes = [node for node in report.get("nodes") or [] if isinstance(node, t.Mapping)]
+    failures, seconds = ("1" if verdict == "fail" else "0"), _xml(report.get("elapsed"))
+    suites = ET.Element("testsuites", {"name": f"inferops.runbooks.{role}", "tests": "1", "failures": failures, "errors": "0", "time": seconds})
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        {"name": f"{role}.{name}", "tests": "1", "failures": failures, "errors": "0", "skipped": "1" if verdict == "skipped" else "0", "time": seconds},
+    )
+    properties = ET.SubElement(suite, "properties")
+    for prop, path in _DEPLOYMENT_PROPERTIES:
+        ET.SubElement(properties, "property", {"name": prop, "value": _xml(value_at(report, path))})
+    for node in nodes:
+        value = f"{node.get('host')} {node.get('verdict')} ({node.get('reason')}) invocation {node.get('invocation_id') or 'none'}"
+        ET.SubElement(properties, "property", {"name": f"node{node.get('rank')}", "value": _xml(value)})
+    test = f"{form.test_name} {_xml(report.get('unit'))} on {len(nodes)} nodes"
+    case = ET.SubElement(suite, "testcase", {"classname": f"{role}.{name}", "name": test, "time": seconds})
+    if verdict == "fail":
+        failure = ET.SubElement(case, "failure", {"type": _xml(report.get("reason")), "message": _xml(cut(report.get("msg"), JUNIT_MESSAGE_LIMIT))})
+        lines = [str(report.get("msg") or "")]
+        for node in nodes:
+            root = " (root cause)" if node.get("root_cause") else ""
+            lines.append(f"{node.get('host')} node {node.get('rank')}{root}: {node.get('verdict')} ({node.get('reason')}) {node.get('msg')}")
+            first = node.get("first_fatal")
+            if isinstance(first, t.Mapping) and first:
+                lines.append(f"  first fatal line: {first.get('message')}")
+        failure.text = _xml("\n".join(lines))
+    elif verdict == "skipped":
+        ET.SubElement(case, "skipped", {"message": _xml(report.get("msg"))})
+    ET.SubElement(case, "system-out").text = _xml("\n".join(deployment_summary_lines(report, report_dir)))
+    return _document(suites)
 
 
 def _failure_text(report: Report) -> list[str]:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import math
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -32,6 +34,8 @@ LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENGINES = tuple(ENGINE_PACKS)
 
 REQUIRED_KEYS = ("id", "pattern", "reason")
+# where the user's own rules come from, as their labels say: rule 'site-x' (extra rules #1)
+USER_SOURCE = "extra rules"
 OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar")
 
 # The order in which shipped rules are tried: a specific allowlist entry beats a generic fatal
@@ -45,7 +49,12 @@ PROBE_CHARS = 16_384
 # CPU seconds one rule may spend on one probe: a linear pattern needs about a millisecond, one that
 # backtracks over the whole probe from every position (``\w+@``) half a second.
 PROBE_CPU_SECONDS = 0.25
-# Wall-clock seconds after which a probe that has not answered is taken as hung.
+# CPU seconds after which the probe process is ended (by the kernel, in the middle of a search): a
+# pattern that backtracks without bound is refused after half a second of CPU, not after the
+# wall-clock timeout below.
+PROBE_KILL_CPU_SECONDS = 2 * PROBE_CPU_SECONDS
+# Wall-clock seconds after which a probe that has not answered is taken as hung (a backstop: the
+# CPU limit ends a runaway probe first where the platform has a CPU timer).
 PROBE_HANG_SECONDS = 3.0
 PROBES: tuple[tuple[str, str], ...] = (
     ("a run of word characters", "a" * PROBE_CHARS),
@@ -466,7 +475,7 @@ def build_ruleset(
     if extra_rules is not None and not isinstance(extra_rules, (list, tuple)):
         raise RuleError(f"extra rules must be a list of rules, got {_type_name(extra_rules)}")
     disabled_ids = _disabled_ids(disabled)
-    user = [validate_rule(spec, "extra rules", index, "allowlisted") for index, spec in enumerate(extra_rules or ())]
+    user = [validate_rule(spec, USER_SOURCE, index, "allowlisted") for index, spec in enumerate(extra_rules or ())]
     shipped: list[Rule] = []
     for pack_name, specs in packs:
         shipped.extend(validate_rule(spec, f"pack {pack_name}", index, "info") for index, spec in enumerate(specs))
@@ -512,54 +521,228 @@ def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = Non
 # -- bounded matching -----------------------------------------------------------------------------
 
 
-def check_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled_rules: t.Iterable[t.Any] | None = None) -> RuleSet:
-    """Everything ``load_rules`` checks, and that no rule (shipped or the user's) takes long on
-    the adversarial probes (``PROBES``, as long as the longest line a rule sees).
+def check_rules(
+    engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled_rules: t.Iterable[t.Any] | None = None, shipped: bool = True
+) -> RuleSet:
+    """Everything ``load_rules`` checks, and that no rule takes long on the adversarial probes
+    (``PROBES``, and probes made from each pattern's own repeats, as long as the longest line a
+    rule sees).
 
-    Meant for the controller, before anything changes: it runs the probes in a child Python
-    process, which is killed if a pattern backtracks without end. Raises RuleError naming the
-    rule and the probe.
+    The probes run in a child Python process, killed when a probe spends more than
+    PROBE_KILL_CPU_SECONDS of CPU (or does not answer within PROBE_HANG_SECONDS), so a pattern
+    that backtracks without end is refused in about a second. Raises RuleError naming the rule,
+    its pattern and the probe. With ``shipped`` false only the user's rules are tried (the shipped
+    packs are tried by the collection's tests): what a filter or a module on the target pays, and
+    nothing at all when there are no user rules. A pattern that passed is not tried again in the
+    same process.
+
+    Every caller that takes users' rules checks them with this: the roles' validation and the wait
+    on the controller, the filters, and journal_scan.
     """
     ruleset = load_rules(engine, extra_rules, disabled_rules)
-    probe_rules(ruleset.rules)
+    probe_rules([rule for rule in ruleset.rules if shipped or rule.source.startswith(f"{USER_SOURCE} #")])
     return ruleset
 
 
+# How many probes are made from one pattern's repeats at most.
+MAX_PUMPED_PROBES = 12
+# The end of a probe made from a repeat: the first of these that makes the pattern fail on a short
+# form of the probe (the end of the text, then characters that a class rarely holds all of).
+PROBE_STOPPERS = ("", "!", " ", ",", ":", ";", "=", "/", "#", "@", "~", "-", ".", "\t", "\x01", "a", "0", "_", "\u00a7")
+# Characters tried, in this order, for one that a class matches.
+_SAMPLE_CHARACTERS = "a0 _x!,:;=/#@~-.\tA\x01\u00a7"
+_CATEGORIES = {
+    "CATEGORY_DIGIT": r"\d",
+    "CATEGORY_NOT_DIGIT": r"\D",
+    "CATEGORY_SPACE": r"\s",
+    "CATEGORY_NOT_SPACE": r"\S",
+    "CATEGORY_WORD": r"\w",
+    "CATEGORY_NOT_WORD": r"\W",
+    "CATEGORY_LINEBREAK": r"\n",
+    "CATEGORY_NOT_LINEBREAK": r"[^\n]",
+}
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT")  # a possessive repeat gives nothing back: no backtracking into it
+_CHARACTER_OPS = ("LITERAL", "NOT_LITERAL", "ANY", "IN")
+# patterns that passed every probe in this process
+_BOUNDED: set[str] = set()
+
+
+def pumped_probes(pattern: str) -> list[tuple[str, str]]:
+    """(text before, text repeated) for each repeat of the pattern that can run long: the probe is
+    the text before (what the pattern needs to reach the repeat, shortest), then what the repeat's
+    body matches, over and over, then a character that ends the match. This is how a nested or
+    overlapping repeat (``(x+)+y``, ``(x|xx)*y``) is made to backtrack whatever its characters are,
+    which the fixed probes (runs of a few characters) cannot do."""
+    try:
+        parsed = _parser().parse(pattern, re.IGNORECASE)
+    except Exception:
+        return []
+    found: list[tuple[str, str]] = []
+    _pumps(list(parsed), "", found)
+    return found
+
+
+def _pumps(items: list[tuple[t.Any, t.Any]], before: str, found: list[tuple[str, str]]) -> None:
+    text = before
+    for op, value in items:
+        name = str(op)
+        if len(found) >= MAX_PUMPED_PROBES or len(text) > PROBE_CHARS // 2:
+            return
+        if name in _REPEATS and value[1] > 1:
+            pump = _sample(list(value[2]), eager=True)
+            if pump and (text, pump) not in found:
+                found.append((text, pump))
+        if name in (*_REPEATS, "POSSESSIVE_REPEAT"):
+            _pumps(list(value[2]), text, found)
+        elif name == "SUBPATTERN":
+            _pumps(list(value[-1]), text, found)
+        elif name == "ATOMIC_GROUP":
+            _pumps(list(value), text, found)
+        elif name == "BRANCH":
+            for branch in value[1]:
+                _pumps(list(branch), text, found)
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            _pumps(list(value[1]), text, found)
+        elif name == "GROUPREF_EXISTS":
+            for branch in value[1:]:
+                if branch is not None:
+                    _pumps(list(branch), text, found)
+        text += _sample([(op, value)], eager=False)
+
+
+def _sample(items: list[tuple[t.Any, t.Any]], eager: bool) -> str:
+    """A text the items match: the shortest, or with ``eager`` each repeat once at least (so that a
+    repeat's body gives something to repeat). Anchors, look-arounds and back-references add nothing.
+    At most PROBE_CHARS characters."""
+    parts: list[str] = []
+    size = 0
+    for op, value in items:
+        name = str(op)
+        part = ""
+        if name in _CHARACTER_OPS:
+            part = _matching_character(name, value)
+        elif name == "SUBPATTERN":
+            part = _sample(list(value[-1]), eager)
+        elif name == "ATOMIC_GROUP":
+            part = _sample(list(value), eager)
+        elif name == "BRANCH":
+            branches = [_sample(list(branch), eager) for branch in value[1]]
+            part = next((branch for branch in branches if branch), "") if eager else branches[0]
+        elif name in (*_REPEATS, "POSSESSIVE_REPEAT"):
+            low, high = value[0], value[1]
+            count = min(max(low, 1), high) if eager else low
+            body = _sample(list(value[2]), eager) if count else ""
+            part = body * min(count, PROBE_CHARS // len(body) + 1) if body else ""
+        elif name == "GROUPREF_EXISTS":
+            part = _sample(list(value[1]), eager)
+        parts.append(part)
+        size += len(part)
+        if size >= PROBE_CHARS:
+            break
+    return "".join(parts)[:PROBE_CHARS]
+
+
+def _matching_character(name: str, value: t.Any) -> str:
+    """A character one character item matches (a literal: itself), or "" when none is found."""
+    if name == "LITERAL":
+        return chr(value)
+    return next((character for character in _SAMPLE_CHARACTERS if _accepts(name, value, character)), "")
+
+
+def _accepts(name: str, value: t.Any, character: str) -> bool:
+    """Whether one character item matches ``character``, case-insensitively."""
+    variants = {character, character.lower(), character.upper()}
+    if name == "LITERAL":
+        return chr(value) in variants
+    if name == "NOT_LITERAL":
+        return chr(value) not in variants
+    if name == "ANY":
+        return character != "\n"
+    if name != "IN":
+        return False
+    negated, hit = False, False
+    for item, argument in value:
+        kind = str(item)
+        if kind == "NEGATE":
+            negated = True
+        elif kind == "LITERAL":
+            hit = hit or chr(argument) in variants
+        elif kind == "RANGE":
+            hit = hit or any(argument[0] <= ord(variant) <= argument[1] for variant in variants)
+        elif kind == "CATEGORY":
+            hit = hit or re.match(_CATEGORIES.get(str(argument), "."), character) is not None
+    return hit != negated
+
+
 _PROBE_CHILD = """
-import json, re, sys, time
-patterns, probes = json.loads(sys.stdin.readline())
-for rule, pattern in enumerate(patterns):
+import json, re, signal, sys, time
+limit, size, stoppers, fixed, rules = json.loads(sys.stdin.readline())
+timer = getattr(signal, "setitimer", None)
+if timer is not None:
+    # past the limit the kernel ends the process, in the middle of a search if need be
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)
+for rule, (pattern, pumps) in enumerate(rules):
     regex = re.compile(pattern, re.IGNORECASE)
-    for probe, text in enumerate(probes):
+    for probe, job in enumerate(fixed + pumps):
         print("start", rule, probe, flush=True)
+        if timer is not None:
+            timer(signal.ITIMER_PROF, limit)
         started = time.process_time()
-        regex.search(text)
-        print("done", rule, probe, time.process_time() - started, flush=True)
+        if isinstance(job, str):
+            regex.search(job)
+        else:
+            before, pump = job
+            for stopper in stoppers:
+                if regex.search(before + pump * 4 + stopper) is None:
+                    regex.search(before + pump * max(1, (size - len(before) - 1) // len(pump)) + stopper)
+                    break
+        seconds = time.process_time() - started
+        if timer is not None:
+            timer(signal.ITIMER_PROF, 0)
+        print("done", rule, probe, seconds, flush=True)
 """
 
 
 def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = PROBES) -> None:
-    """Raise RuleError for the first rule that spends more than PROBE_CPU_SECONDS on a probe, or
-    does not finish one within PROBE_HANG_SECONDS."""
-    if not rules:
+    """Raise RuleError for the first rule that spends more than PROBE_CPU_SECONDS on a probe, is
+    killed for spending more than PROBE_KILL_CPU_SECONDS, or does not finish one within
+    PROBE_HANG_SECONDS. Rules whose pattern already passed in this process are not tried again."""
+    todo = [rule for rule in rules if rule.pattern not in _BOUNDED]
+    if not todo:
         return
-    child = subprocess.Popen([sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pumps = [pumped_probes(rule.pattern) for rule in todo]
+    jobs: list[t.Any] = [PROBE_KILL_CPU_SECONDS, PROBE_CHARS, list(PROBE_STOPPERS), [text for _name, text in probes]]
+    jobs.append([[rule.pattern, [list(pump) for pump in rule_pumps]] for rule, rule_pumps in zip(todo, pumps)])
+    try:
+        child = subprocess.Popen([sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        raise RuleError(f"could not start the rule probe process ({sys.executable or 'no Python interpreter'}): {exc}") from None
     try:
         if child.stdin is None or child.stdout is None:
             raise RuleError("the rule probe process has no pipes")
-        child.stdin.write(json.dumps([[rule.pattern for rule in rules], [text for _name, text in probes]]) + "\n")
+        child.stdin.write(json.dumps(jobs) + "\n")
         child.stdin.close()
         for rule_index, probe_index, seconds in _probe_results(child):
-            rule, (probe_name, _text) = rules[rule_index], probes[probe_index]
+            rule = todo[rule_index]
+            if probe_index < len(probes):
+                probe = f"{probes[probe_index][0]} ({PROBE_CHARS} characters)"
+            else:
+                probe = _pumped_name(*pumps[rule_index][probe_index - len(probes)])
             where = f"{rule.label}: pattern {rule.pattern!r}"
-            probe = f"{probe_name} ({PROBE_CHARS} characters)"
             if seconds is None:
                 raise RuleError(f"{where} did not finish within {PROBE_HANG_SECONDS:g} s on {probe}: it backtracks without bound; rewrite it")
+            if seconds == math.inf:
+                raise RuleError(
+                    f"{where} did not finish within {PROBE_KILL_CPU_SECONDS:g} s of CPU on {probe}: it backtracks without bound"
+                    " (nested or overlapping repeats such as (a+)+ or (a|aa)+ try every way to split a line, a repeat such as \\w+ or .*"
+                    " is tried from every position); rewrite it, anchor it or bound the repeat ({1,64})"
+                )
             if seconds > PROBE_CPU_SECONDS:
                 raise RuleError(
                     f"{where} took {seconds:.2f} s on {probe}, more than {PROBE_CPU_SECONDS:g} s: its cost grows faster than the line"
                     " (a repeat such as \\w+ or .* tried from every position); anchor it or bound the repeat ({1,64})"
                 )
+        _BOUNDED.update(rule.pattern for rule in todo)
     finally:
         if child.poll() is None:
             child.kill()
@@ -569,8 +752,18 @@ def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = P
                 stream.close()
 
 
+def _pumped_name(before: str, pump: str) -> str:
+    after = f" after {_cut(before)}" if before else ""
+    return f"{_cut(pump)} over and over{after} (up to {PROBE_CHARS} characters, made from the pattern's repeats)"
+
+
+def _cut(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
 def _probe_results(child: subprocess.Popen[str]) -> t.Iterator[tuple[int, int, float | None]]:
-    """(rule, probe, CPU seconds) as the child reports them; seconds None for a probe that hangs."""
+    """(rule, probe, CPU seconds) as the child reports them; seconds None for a probe that hangs,
+    infinite for one the CPU limit ended."""
     stdout = t.cast(t.IO[str], child.stdout)
     started: tuple[int, int] | None = None
     while True:
@@ -582,7 +775,10 @@ def _probe_results(child: subprocess.Popen[str]) -> t.Iterator[tuple[int, int, f
             raise RuleError(f"the rule probe process stopped answering (rc={child.poll()})")
         line = stdout.readline()
         if not line:
-            if child.wait() != 0:
+            code = child.wait()
+            if started is not None and hasattr(signal, "SIGPROF") and code == -signal.SIGPROF:
+                yield started[0], started[1], math.inf
+            if code != 0:
                 raise RuleError(f"the rule probe process failed: {(child.stderr.read() if child.stderr else '').strip()[-500:]}")
             return
         word, *numbers = line.split()

@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+
 Report = t.Dict[str, t.Any]
 Observed = t.Mapping[str, t.Any]
 
@@ -229,11 +231,13 @@ def _deploy_outcome(deploy: t.Mapping[str, t.Any], failure: t.Any, observed: Obs
     a start that passed but whose host the router did not take back fails."""
     if not deploy or failure is not None or observed.get("check_mode"):
         return outcome
-    if deploy.get("restart_needed") is False:
+    # verified in place: skipped when there was nothing else to do, the verification's verdict when
+    # this run repaired what an earlier one left (a host put back into rotation is not a skip)
+    if deploy.get("restart_needed") is False and outcome["verdict"] != "fail" and not deploy.get("repairs"):
         return {
             "verdict": "skipped",
             "reason": "unchanged",
-            "msg": "the new configuration is already in place: nothing was restarted (sglang_restart_force_restart restarts anyway)",
+            "msg": "the new configuration is already in place and serves: nothing was restarted (sglang_restart_force_restart restarts anyway)",
         }
     error = _mapping(deploy.get("traffic")).get("error")
     if outcome["verdict"] == "pass" and error:
@@ -271,6 +275,7 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
             "last_lines": list(wait.get("last_lines") or []),
         },
         "traffic": _traffic(deploy.get("traffic")),
+        "repairs": [_text(repair) for repair in deploy.get("repairs") or []],
     }
 
 
@@ -408,7 +413,21 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
         "journal_reason": journal.get("reason"),
         **_node(observed),
         "first_fatal": _first_fatal(journal.get("fatal")),
+        "run_record": _run_record_section(observed),
         **_evidence(journal, journal.get("tail"), [journal.get("gap")]),
+    }
+
+
+def _run_record_section(observed: Observed) -> dict[str, t.Any]:
+    """What the last rollout left on the host: its run, step and outcome; a record that could not be used, why."""
+    read = _mapping(observed.get("record"))
+    record = _mapping(read.get("record"))
+    return {
+        "run_id": record.get("run_id"),
+        "step": record.get("step"),
+        "outcome": record.get("outcome"),
+        "left": _rollout.interrupted(record),
+        "problem": read.get("problem"),
     }
 
 
@@ -460,40 +479,61 @@ def _placeholder(observed: Observed) -> bool:
     return bool(_node(observed)["node_rank"] >= 1)
 
 
-def _fatal_note(look: _Look) -> str:
-    """Added to the message of a failed unit or health check: the fatal lines usually say why."""
-    fatal = look.journal.get("fatal") or []
-    if not fatal:
-        return ""
-    return f"; the current invocation logged {len(fatal)} fatal event(s), first: {_excerpt(fatal[0])}"
-
-
 def _excerpt(event: t.Any) -> str:
     return _text(_mapping(event).get("message"))[:EXCERPT]
 
 
-def _unit_not_active(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+def _unit_problem(look: _Look, unit: str) -> str | None:
+    """What is wrong with the unit's state, or None when it is active (running)."""
     active, sub, result = (_text(look.unit.get(key)) for key in ("ActiveState", "SubState", "Result"))
     if active == "active" and sub == "running":
         return None
     how = f", Result={result}" if result not in ("", "success") else ""
-    return "unit_not_active", f"{unit} is {active or 'unknown'} ({sub or 'unknown'}), not active (running){how}{_fatal_note(look)}"
+    return f"{unit} is {active or 'unknown'} ({sub or 'unknown'}), not active (running){how}"
 
 
-def _health_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+def _health_problem(observed: Observed, look: _Look, host: str) -> str | None:
+    """What is wrong with the health answer, or None when it counts as passed (200, or a
+    placeholder's answer, which is not counted)."""
     status = look.health.get("status")
     if status == 200 or _placeholder(observed):
         return None
     url = _text(look.health.get("url")) or _text(_setting(observed, "health_url", ""))
     answer = f"answered HTTP {status}" if status is not None else f"did not answer: {_text(look.health.get('error')) or 'no probe'}"
-    return "health_failed", f"{url} {answer} (probed from {host}), not 200{_fatal_note(look)}"
+    return f"{url} {answer} (probed from {host}), not 200"
+
+
+def _health_seen(observed: Observed, look: _Look, host: str) -> str:
+    """The health answer in a few words, whatever it was."""
+    problem = _health_problem(observed, look, host)
+    if problem is not None:
+        return problem
+    if _placeholder(observed):
+        return "answered by a placeholder (not counted)"
+    return f"{_text(look.health.get('url')) or _text(_setting(observed, 'health_url', ''))} answered HTTP 200"
 
 
 def _fatal_log(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """First, as the restart's wait decides: a fatal line names the cause, whatever the unit's
+    state and the health answer (both said beside it, and kept in the report)."""
     fatal = look.journal.get("fatal") or []
     if not fatal:
         return None
-    return "fatal_log", f"The current invocation logged {len(fatal)} fatal event(s), first: {_excerpt(fatal[0])}"
+    state = _unit_problem(look, unit) or f"{unit} is active (running)"
+    return (
+        "fatal_log",
+        f"The current invocation logged {len(fatal)} fatal event(s); {state}; health: {_health_seen(observed, look, host)}; first: {_excerpt(fatal[0])}",
+    )
+
+
+def _unit_not_active(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    problem = _unit_problem(look, unit)
+    return None if problem is None else ("unit_not_active", problem)
+
+
+def _health_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    problem = _health_problem(observed, look, host)
+    return None if problem is None else ("health_failed", problem)
 
 
 def _not_ready(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
@@ -514,10 +554,18 @@ def _unrecognized_strict(observed: Observed, look: _Look, unit: str, host: str) 
     )
 
 
+def _interrupted_run(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """A rollout killed or cancelled on this host left it drained or on an unproven configuration
+    (its run record on the host says so): the server may answer, but the host is not in service."""
+    left = _rollout.interrupted(_mapping(observed.get("record")).get("record"))
+    return None if left is None else ("interrupted_run", f"{host} is {left}")
+
+
 _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None], ...] = (
+    _fatal_log,
     _unit_not_active,
     _health_failed,
-    _fatal_log,
     _not_ready,
     _unrecognized_strict,
+    _interrupted_run,
 )

@@ -182,7 +182,7 @@ import typing as t  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, check_rules  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, is_invocation_id, unit_name, unit_state  # noqa: E402
 
@@ -204,7 +204,8 @@ def main() -> None:
     params = module.params
     try:
         unit = unit_name(params["unit"])
-        rules = load_rules(params["engine"], params["extra_rules"], params["disabled_rules"])
+        # the user's rules tried on adversarial lines first: one that backtracks without bound fails the task, named
+        rules = check_rules(params["engine"], params["extra_rules"], params["disabled_rules"], shipped=False)
     except (RuleError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     invocation = params["invocation"].strip()

@@ -14,6 +14,8 @@ description:
     P(inferops.runbooks.report_junit#filter) - named C(<host>.json) and C(<host>.junit.xml) for
     P(inferops.runbooks.sglang_restart#role), C(<host>.precheck.json) and C(<host>.precheck.junit.xml) for
     P(inferops.runbooks.sglang_precheck#role).
+  - The report of a multi-node deployment (from P(inferops.runbooks.deployment_verdict#filter)) is named after the
+    deployment - C(<deployment>.json) and C(<deployment>.junit.xml) (C(.precheck) for the precheck).
   - Creates O(report_dir) when it is missing; each file is replaced atomically, and left alone when it already holds
     the same report.
   - Runs on the controller in one step (no module is sent anywhere), so reporting a failed restart takes
@@ -39,7 +41,9 @@ attributes:
     description: The controller.
 options:
   report:
-    description: The report, from P(inferops.runbooks.runbook_report#filter).
+    description:
+      - The report, from P(inferops.runbooks.runbook_report#filter), or a deployment's, from
+        P(inferops.runbooks.deployment_verdict#filter).
     type: dict
     required: true
   report_dir:

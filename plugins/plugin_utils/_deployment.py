@@ -234,7 +234,11 @@ def _node_summary(report: t.Mapping[str, t.Any], root: t.Mapping[str, t.Any] | N
 def deployment_verdict(name: str, reports: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
     """One verdict for a deployment from its nodes' reports (``sglang_restart_report`` or
     ``sglang_precheck_report`` of each node, with ``node_rank``): pass only when every node passed;
-    a failure names the node where it began and its first fatal line, the other nodes alongside."""
+    a failure names the node where it began and its first fatal line, the other nodes alongside.
+
+    The result is the deployment's report, which ``module_utils/_render`` renders as it renders a
+    host's: the role, unit and engine of node 0 (the lowest rank there is), and every node's whole
+    report (``node_reports``, by rank)."""
     if not reports:
         raise TopologyError(f"deployment {name}: no node reports to judge")
     nodes = sorted(reports, key=lambda report: int(report.get("node_rank") or 0))
@@ -247,8 +251,12 @@ def deployment_verdict(name: str, reports: t.Sequence[t.Mapping[str, t.Any]]) ->
         verdict, reason = "fail", ""
     root = _root_cause(nodes) if verdict == "fail" else None
     summaries = [_node_summary(report, root) for report in nodes]
+    first = nodes[0]
     result: dict[str, t.Any] = {
+        "role": first.get("role"),
         "deployment": name,
+        "unit": first.get("unit"),
+        "engine": first.get("engine"),
         "verdict": verdict,
         "reason": reason,
         "nodes": summaries,
@@ -269,4 +277,5 @@ def deployment_verdict(name: str, reports: t.Sequence[t.Mapping[str, t.Any]]) ->
         result["msg"] = f"all {len(nodes)} nodes passed; node 0 ({nodes[0].get('host')}): {nodes[0].get('msg') or ''}"
     else:
         result["msg"] = str(nodes[0].get("msg") or "")
+    result["node_reports"] = [dict(report) for report in nodes]
     return result

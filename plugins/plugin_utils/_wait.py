@@ -8,8 +8,8 @@ are passed in (``run_wait``), so every decision is unit-tested with fixture obse
 One observation is one ``service_probe`` result: the unit's state, the journal slice read since
 the last one (already classified on the target), and an optional health probe. The wait folds it
 into its state (the merged report, the health streak, the progress clock) and decides, in this
-order: the watched start was replaced (``restarted``), a fatal line (``fatal_log``, or
-``soak_failed`` after the gates opened), the unit failed or stopped, the soak, a stall, the gates
+order: a fatal line (``fatal_log``, or ``soak_failed`` after the gates opened), the watched start
+was replaced (``restarted``), the unit failed or stopped, the soak, a stall, the gates
 (the ready marker, K consecutive health successes), the pass, and the budget.
 
 A node of a multi-node deployment (``peers`` set) also observes the other nodes' waits between
@@ -219,8 +219,9 @@ class Wait:
             if self.remaining() <= 0:
                 self._out_of_budget()
         except _Failed as failure:
-            if failure.reason in ("unit_failed", "unit_inactive") and self.pinned and self.remaining() > 0:
-                # the process is gone; journald may still be storing what it wrote last
+            if failure.reason in ("unit_failed", "unit_inactive", "restarted") and self.pinned and self.remaining() > 0:
+                # the watched process is gone; journald may still be storing what it wrote last, and a
+                # fatal line there is the cause, whether or not systemd already started another one
                 self.exited = Outcome("fail", failure.reason, failure.msg)
                 return Probe(watch=min(EXIT_SETTLE, self.remaining()), health=False)
             return self._end(Outcome("fail", failure.reason, failure.msg))
@@ -418,7 +419,11 @@ class Wait:
     # -- the decisions ---------------------------------------------------------------------------
 
     def _check(self) -> None:
-        self._check_same_start()
+        try:
+            self._check_same_start()
+        except _Failed as replaced:
+            self._check_journal(then=replaced.msg)  # a fatal line of the watched start explains its end
+            raise
         self._check_journal()
         self._check_unit()
         if self.peer_failure is not None:
@@ -445,12 +450,13 @@ class Wait:
         if base and base.get("MainPID") and state.get("MainPID") and state.get("MainPID") != base.get("MainPID"):
             raise _Failed("restarted", f"{unit}'s main process changed ({base.get('MainPID')} -> {state.get('MainPID')}) during the start")
 
-    def _check_journal(self) -> None:
+    def _check_journal(self, then: str = "") -> None:
         unit = self.settings.unit
         if self.total["fatal"]:
             first = self.total["fatal"][0]
             reason: Reason = "soak_failed" if self.soak_started is not None else "fatal_log"
-            raise _Failed(reason, f"fatal line in {unit}'s journal: {str(first.get('message', ''))[:300]}")
+            after = f" ({then})" if then else ""
+            raise _Failed(reason, f"fatal line in {unit}'s journal: {str(first.get('message', ''))[:300]}{after}")
         if self.settings.strict and self.total["unrecognized"]:
             first = self.total["unrecognized"][0]
             raise _Failed("fatal_log", f"strict mode: unrecognized line in {unit}'s journal: {str(first.get('message', ''))[:300]}")

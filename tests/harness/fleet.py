@@ -43,6 +43,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,12 @@ def missing_prerequisites() -> list[str]:
     for tool in ("systemd-nspawn", "debootstrap", "unshare", "nsenter", "ip", "ssh", "ssh-keygen", "zstd"):
         if shutil.which(tool) is None:
             problems.append(f"{tool} not found (run scripts/setup.sh)")
+    # systemd-nspawn copies the controller's device nodes into every host ("/dev/null is not a char
+    # or block device, cannot copy" otherwise): say so before booting anything
+    for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        with contextlib.suppress(OSError):
+            if not stat.S_ISCHR(os.lstat(device).st_mode):
+                problems.append(f"{device} on this machine is not a character device any more: recreate it (mknod) before booting hosts")
     if not Path("/sys/fs/cgroup/unified").is_dir() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
         problems.append("no cgroup2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup")
     return problems
@@ -514,6 +521,18 @@ class Fleet:
         code = f"import urllib.request as u\ntry: print(u.urlopen({url!r}, timeout={timeout}).status)\nexcept Exception as e: print(getattr(e, 'code', 'down'))"
         return self.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
+    def wait_for(self, host: str, cmd: str, timeout: float = 120, every: float = 0.25) -> str:
+        """Run a shell command in a host until it succeeds (a state reached, not a time passed);
+        its output. Raises AssertionError with the last output when ``timeout`` seconds pass first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.ssh(host, cmd, check=False)
+            if proc.returncode == 0:
+                return proc.stdout
+            if time.monotonic() > deadline:
+                raise AssertionError(f"[{host}] {cmd!r} did not succeed within {timeout:.0f} s: rc {proc.returncode}, {proc.stdout[-500:]}{proc.stderr[-500:]}")
+            time.sleep(every)
+
     def reset(self, host: str) -> None:
         """Stop the simulator, clear its failed state and restart counter, drop the scenario file and
         any deployed configuration (drop-ins of the unit, files under /etc/sglang)."""
@@ -837,8 +856,13 @@ class Fleet:
                 signal.signal(signum, _exit_on_signal)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised as an interrupt: pytest stops the session on it and tears the fleet
+    down (a SystemExit raised inside a test would only fail that test, and the session go on)."""
+
+
 def _exit_on_signal(signum: int, _frame: types.FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(f"signal {signum}")
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

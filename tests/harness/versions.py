@@ -37,6 +37,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -356,10 +357,10 @@ def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, 
 def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     """The unit tests plus the whole integration suite (oldest, newest) or the short run (the others)."""
     version = venv.version
-    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "0"}
+    extra = {"INFEROPS_ANSIBLE_CORE": version.release, "INFEROPS_LANE": version.runs, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "0"}
     if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
-    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_TARGETS[version.runs]]
+    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30", *PYTEST_TARGETS[version.runs]]
     env = run_env(venv.bin, f"{fleet_base}-{version.minor}", net, **extra)
     return Run(version.label, argv, env, LOG_DIR / f"{version.minor}.log")
 
@@ -376,7 +377,7 @@ def real_vllm_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     """The tests against a real vLLM server (tests/integration/test_real_vllm.py), once, on the newest
     ansible-core, on a fleet of one host that sees the cached vLLM install (tests/harness/real_vllm.py)."""
     extra = {"INFEROPS_ANSIBLE_CORE": venv.version.release, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "1", "INFEROPS_FLEET_HOSTS": "1"}
-    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", REAL_VLLM_TESTS]
+    argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30", REAL_VLLM_TESTS]
     env = run_env(venv.bin, f"{fleet_base}-{REAL_VLLM}", net, **extra)
     return Run(f"real vLLM server (ansible-core {venv.version.release}, {venv.version.runs})", argv, env, LOG_DIR / f"{REAL_VLLM}.log")
 
@@ -419,6 +420,7 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     0 if every run passed."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     runs = [run for lane in lanes for run in lane]
+    started: list[tuple[Run, subprocess.Popen[bytes]]] = []
     done = threading.Event()
     printing = threading.Lock()
 
@@ -432,11 +434,16 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
                     run.needs.result()
             except Exception as exc:  # the run fails, with the reason in its log
                 out.write(f"could not prepare the run: {exc}\n")
-                returncode = 1
+                run.returncode = 1
             else:
-                proc = subprocess.run(run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False)
-                returncode = proc.returncode
-        run.returncode = returncode
+                # a process group of its own: an interrupted runner stops it, with all it started (stop_runs)
+                proc = subprocess.Popen(
+                    run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+                with printing:
+                    started.append((run, proc))
+                proc.wait()
+                run.returncode = proc.returncode
         run.elapsed = time.monotonic() - run.started
         with printing:
             print(f"\n==== {run.name}: {'passed' if run.returncode == 0 else 'FAILED'} in {minutes(run.elapsed)} ====", flush=True)
@@ -456,17 +463,50 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
         say(f"lane {number} (network {runs_in_lane[0].env['INFEROPS_FLEET_NET']}): " + ", then ".join(r.name for r in runs_in_lane))
     watcher = threading.Thread(target=progress, daemon=True)
     watcher.start()
+    previous = {signum: signal.signal(signum, _interrupted) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
             for future in [pool.submit(lane, runs_in_lane) for runs_in_lane in lanes]:
                 future.result()
+    except BaseException:
+        stop_runs(started)
+        raise
     finally:
         done.set()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print("\n==== side by side ====")
     for run in runs:
         outcome = "passed" if run.returncode == 0 else f"FAILED (exit {run.returncode}, log {run.log})"
         print(f"{run.name}: {outcome} in {minutes(run.elapsed)}")
     return 0 if all(run.returncode == 0 for run in runs) else 1
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_runs(started: Sequence[tuple[Run, subprocess.Popen[bytes]]], grace: float = 30) -> None:
+    """The runner was interrupted (Ctrl-C, SIGTERM, SIGHUP): stop every run still going, with what
+    it started (an interrupt first, so that its fixtures tear its fleet down), kill what is left after
+    ``grace`` seconds, then tear down each run's fleet, so that no host is left running."""
+    running = [(run, proc) for run, proc in started if proc.poll() is None]
+    for _run, proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+    deadline = time.monotonic() + grace
+    for _run, proc in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for run, _proc in running:
+        fleet_dir = run.env["INFEROPS_FLEET_DIR"]
+        for directory in (fleet_dir, fleet_dir + "-molecule"):
+            if os.path.isdir(directory):
+                env = {**run.env, "INFEROPS_FLEET_DIR": directory}
+                subprocess.run([sys.executable, "-m", "tests.harness.fleet", "down"], cwd=REPO_ROOT, env=env, check=False, stdin=subprocess.DEVNULL)
 
 
 def minutes(seconds: float) -> str:

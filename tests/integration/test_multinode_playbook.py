@@ -129,8 +129,14 @@ def test_a_crash_on_node_1_fails_the_canary_deployment_fast_and_names_node_1(top
     line, the report names node 1 and its line as the root cause and node 0's distributed error as a
     consequence, and the second deployment is never touched."""
     before = topology.start_all()
-    topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", SIM_LOAD_SECONDS="3")
-    topology.scenario("sim1", SIM_LOAD_SECONDS="3")
+    # a start phase long enough that every node's wait follows its invocation before node 1 crashes, even on a
+    # loaded machine: a crash before that is restarted by systemd and the wait would watch the new invocation
+    topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
+    topology.scenario("sim1", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
+    # no automatic restart of the crashed node: on a loaded machine systemd could restart it before its
+    # wait reads the fatal line, and the wait would see a restart first (the test is about the fatal line)
+    no_restart = f"/etc/systemd/system/{UNIT}.d/90-no-restart.conf"
+    topology.fleet.ssh("sim2", f"mkdir -p $(dirname {no_restart}) && printf '[Service]\\nRestart=no\\n' > {no_restart} && systemctl daemon-reload")
     reports = tmp_path / "reports"
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(reports)}, inventory=topology.inventory)
     out = run.output
@@ -166,15 +172,18 @@ def test_a_hang_on_node_1_fails_the_deployment_as_stalled_naming_node_1(topology
     """Node 1 stops making progress (alive, silent); node 0 goes on loading, then waits for it at the
     next collective. The stall limit fails node 1 first, and the deployment names it."""
     topology.start_all()
-    topology.scenario("sim2", SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="4")
-    topology.scenario("sim1", SIM_LOAD_SECONDS="4")
+    # tqdm's updates reach the journal only with the bar's closing newline: after "Load weight begin" node 1's
+    # journal stays silent (it hangs mid-bar), node 0's next line is its bar's end 9 s later, then it waits
+    # for node 1 in silence. With a stall limit past those 9 s, node 1 stalls first whatever the machine's load.
+    topology.scenario("sim2", SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="10")
+    topology.scenario("sim1", SIM_LOAD_SECONDS="10")
     reports = tmp_path / "reports"
-    extra = {**QUICK, "sglang_restart_stall_limit": 8, "sglang_restart_report_dir": str(reports)}
+    extra = {**QUICK, "sglang_restart_stall_limit": 12, "sglang_restart_report_dir": str(reports)}
     run = run_playbook(PLAYBOOK, extra_vars=extra, limit="sim1,sim2", inventory=topology.inventory)
     out = run.output
     assert run.returncode != 0, run
     assert f"deployment dsr1 (2 nodes: sim1, sim2) {UNIT}: FAIL (stalled)" in out
-    assert "root cause: sim2 (node 1), stalled" in out
+    assert "root cause: sim2 (node 1), stalled" in out, out[out.find("deployment dsr1 (2 nodes") :][:3000]
     report = deployment_report(reports, "dsr1")
     nodes = {node["host"]: node for node in report["nodes"]}  # type: ignore[attr-defined]
     assert "no progress in phase loading weights" in nodes["sim2"]["msg"]

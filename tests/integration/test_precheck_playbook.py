@@ -91,8 +91,9 @@ def test_healthy_host_passes_and_is_not_touched(fleet: Fleet, host: str, run_pla
 
 def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """The current invocation crashed (CUDA OOM while loading weights) and the unit failed: FAIL
-    (unit_not_active) with the fatal message, non-zero exit, no restart (InvocationID, NRestarts and
-    ActiveState unchanged); the report files carry the verdict and a JUnit failure."""
+    (fatal_log, the cause, as the restart names it) with the fatal message and the unit's state and
+    health beside it, non-zero exit, no restart (InvocationID, NRestarts and ActiveState unchanged);
+    the report files carry the verdict and a JUnit failure."""
     stay_crashed(fleet, host)
     start(fleet, host, SIM_SCENARIO="crash", SIM_FAILURE="cuda_oom")
     assert fleet.unit_property(host, "ActiveState") == "failed"
@@ -101,21 +102,24 @@ def test_crashed_host_fails_with_the_evidence_and_is_not_restarted(fleet: Fleet,
     run = run_playbook(PLAYBOOK, limit=host, extra_vars={"sglang_precheck_report_dir": str(tmp_path)})
     out = run.output
     assert run.returncode != 0, run
-    assert f"{host} {UNIT}: precheck FAIL (unit_not_active)" in out
+    assert f"{host} {UNIT}: precheck FAIL (fatal_log)" in out
+    # a long message: searched in the unfolded output (ansible-core 2.16 folds it at 80 columns)
+    assert f"{UNIT} is failed (failed), not active (running)" in run.flat and "; health: " in run.flat
     assert "CUDA out of memory" in out
     assert "[sglang-scheduler-failure]" in out
     assert (fleet.unit_property(host, "InvocationID"), fleet.unit_property(host, "NRestarts")) == before
     assert fleet.unit_property(host, "ActiveState") == "failed"
 
     report = json.loads((tmp_path / f"{host}.precheck.json").read_text())
-    assert report["verdict"] == "fail" and report["reason"] == "unit_not_active"
+    assert report["verdict"] == "fail" and report["reason"] == "fatal_log"
+    assert report["health"]["status"] != 200
     assert report["invocation_id"] == before[0]
     assert report["state"]["active_state"] == "failed"
     assert any("CUDA out of memory" in ev["message"] for ev in report["fatal"])
     suites = ET.parse(tmp_path / f"{host}.precheck.junit.xml").getroot()
     assert suites.get("failures") == "1"
     failure = suites.find("./testsuite/testcase/failure")
-    assert failure is not None and failure.get("type") == "unit_not_active"
+    assert failure is not None and failure.get("type") == "fatal_log"
     assert "CUDA out of memory" in (failure.text or "")
 
 
@@ -133,7 +137,7 @@ def test_a_secret_the_server_prints_is_redacted_from_the_precheck(fleet: Fleet, 
     extra = {"sglang_precheck_report_dir": str(tmp_path / "redacted"), "sglang_precheck_redact": f"{key}, unused"}
     run = run_playbook(PLAYBOOK, "-vvv", limit=host, extra_vars=extra)
     assert run.returncode != 0, run
-    assert f"{host} {UNIT}: precheck FAIL (unit_not_active)" in run.output
+    assert f"{host} {UNIT}: precheck FAIL (fatal_log)" in run.output
     report = (tmp_path / "redacted" / f"{host}.precheck.json").read_text()
     assert key not in run.output and key not in report
     assert "[redacted]" in json.dumps(json.loads(report)["fatal"])

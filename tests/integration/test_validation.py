@@ -52,6 +52,35 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
     "rule-pattern-list": ({"sglang_restart_extra_rules": PATTERN_LIST}, "invalid_rules", "local-either"),
     "rule-pattern-number": ({"sglang_restart_extra_rules": PATTERN_NUMBER}, "invalid_rules", "local-number"),
     "disabled-rules-not-ids": ({"sglang_restart_disabled_rules": [1, None]}, "invalid_options", "item #1 is 1, item #2 is null"),
+    # timeouts of 0 or less: health_timeout 0 once restarted the server and failed only then
+    "health-timeout-0": ({"sglang_restart_health_timeout": 0}, "invalid_options", "sglang_restart_health_timeout must be a number of seconds > 0, got 0"),
+    "health-timeout-negative": (
+        {"sglang_restart_health_timeout": "-2.5"},
+        "invalid_options",
+        "sglang_restart_health_timeout must be a number of seconds > 0, got -2.5",
+    ),
+    "router-timeout-0": ({"sglang_restart_router_timeout": 0}, "invalid_options", "sglang_restart_router_timeout must be a whole number of seconds > 0, got 0"),
+    "drain-timeout-negative": (
+        {"sglang_restart_drain_timeout": -30},
+        "invalid_options",
+        "sglang_restart_drain_timeout must be a whole number of seconds > 0, got -30",
+    ),
+    "release-timeout-0": (
+        {"sglang_restart_release_timeout": "0"},
+        "invalid_options",
+        "sglang_restart_release_timeout must be a whole number of seconds > 0, got 0",
+    ),
+    "smoke-timeout-negative": (
+        {"sglang_restart_smoke_test": True, "sglang_restart_smoke_timeout": -1},
+        "invalid_options",
+        "sglang_restart_smoke_timeout must be a whole number of seconds > 0, got -1",
+    ),
+}
+# the precheck's: (variables, what the message must say)
+PRECHECK_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "health-url-metadata": ({"sglang_precheck_health_url": "http://169.254.169.254/"}, "sglang_precheck_health_url must point at the target itself"),
+    "health-timeout-0": ({"sglang_precheck_health_timeout": 0}, "sglang_precheck_health_timeout must be a number of seconds > 0, got 0"),
+    "health-timeout-negative": ({"sglang_precheck_health_timeout": -1}, "sglang_precheck_health_timeout must be a number of seconds > 0, got -1"),
 }
 
 
@@ -86,12 +115,17 @@ def test_a_mistake_is_refused_before_anything_is_touched(fleet: Fleet, running: 
     assert report["problems"] and any(message in problem for problem in report["problems"])
 
 
-def test_the_precheck_refuses_the_same_way(fleet: Fleet, running: str, run_playbook: RunPlaybook) -> None:
+@pytest.mark.parametrize("case", PRECHECK_CASES)
+def test_the_precheck_refuses_the_same_way(fleet: Fleet, running: str, run_playbook: RunPlaybook, case: str, tmp_path: Path) -> None:
+    variables, message = PRECHECK_CASES[case]
     before = fleet.unit_property(running, "InvocationID")
-    run = run_playbook(PRECHECK, extra_vars={"sglang_precheck_health_url": "http://169.254.169.254/"}, limit=running)
+    run = run_playbook(PRECHECK, extra_vars={**variables, "sglang_precheck_report_dir": str(tmp_path)}, limit=running)
     assert run.returncode != 0, run
-    assert_refused(run.flat, running, "invalid_options", "sglang_precheck_health_url must point at the target itself", f"{UNIT}: precheck ")
+    assert_refused(run.flat, running, "invalid_options", message, f"{UNIT}: precheck ")
     assert fleet.unit_property(running, "InvocationID") == before
+    report = json.loads((tmp_path / f"{running}.precheck.json").read_text())
+    assert (report["verdict"], report["reason"]) == ("fail", "invalid_options")
+    assert any(message in problem for problem in report["problems"])
 
 
 def test_a_typo_on_a_later_host_stops_the_rolling_restart_before_the_canary(fleet: Fleet, running: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:

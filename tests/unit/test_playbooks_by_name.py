@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PLAYBOOKS = ("restart_sglang", "precheck_sglang", "restart_vllm", "precheck_vllm")

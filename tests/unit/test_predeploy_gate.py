@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
+
 REPO = Path(__file__).resolve().parents[2]
 GATE = REPO / "scripts" / "predeploy_gate.py"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,38 @@ def test_the_real_vllm_runs_once_last_in_the_short_lane_on_the_newest_version(tm
     assert real[0].env["INFEROPS_FLEET_HOSTS"] == "1" and real[0].env["INFEROPS_FLEET_DIR"].endswith("fleet-real-vllm")
     # every other pytest run skips the real vLLM's tests, whatever the caller's environment says
     assert all(run.env.get("INFEROPS_REAL_VLLM", "0") == "0" for run in runs if run is not real[0])
+
+
+def test_an_interrupted_runner_stops_its_runs_and_all_they_started(tmp_path: Path) -> None:
+    """A run still going when the runner is interrupted is stopped, with its children (a run that
+    ignores the interrupt is killed after the grace time), so that nothing it started is left."""
+    import signal
+    import subprocess
+
+    from tests.harness.versions import Run, stop_runs
+
+    child_pid = tmp_path / "child.pid"
+    stubborn = (
+        "import signal, subprocess, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        f"p = subprocess.Popen(['sleep', '300']); open({str(child_pid)!r}, 'w').write(str(p.pid)); time.sleep(300)"
+    )
+    run = Run("stubborn", [sys.executable, "-c", stubborn], {"INFEROPS_FLEET_DIR": str(tmp_path / "no-fleet")}, tmp_path / "log")
+    proc = subprocess.Popen(run.argv, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not child_pid.exists() or not child_pid.read_text():
+        assert time.monotonic() < deadline, "the run never started its child"
+        time.sleep(0.05)
+    child = int(child_pid.read_text())
+    stop_runs([(run, proc)], grace=1)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and "zombie" not in _state(child):
+        assert time.monotonic() < deadline, "the run's child was left running"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"

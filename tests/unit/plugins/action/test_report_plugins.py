@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
 from tests.unit.plugins.module_utils.observations import CRASHED, restart_observed, wait_result
+
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
 
 REPO = Path(__file__).resolve().parents[4]
 PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "report_plugins.yml"
@@ -89,3 +93,29 @@ def test_the_first_host_refuses_its_own_and_every_other_hosts_typos(tmp_path: Pa
     assert "sglang_restart_budget must be a number of seconds > 0, got 0 (on node2, node3)" in problems
     assert any(p.startswith("sglang_restart_health_url must point at the target itself") and p.endswith("(on node2)") for p in problems)
     assert "Traceback" not in process.stdout + process.stderr
+
+
+def test_a_report_is_never_written_over_a_device_a_pipe_or_a_link(tmp_path: Path) -> None:
+    """The rename of an atomic write replaces whatever is at the path: a report path that is a pipe,
+    or a link (to /dev/null, say), is refused and left as it was; a regular file is replaced."""
+    from ansible_collections.inferops.runbooks.plugins.action.write_report import write_atomically
+
+    pipe = tmp_path / "sim1.json"
+    os.mkfifo(pipe)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("kept\n")
+    link = tmp_path / "sim1.junit.xml"
+    link.symlink_to(target)
+    for path in (pipe, link):
+        try:
+            write_atomically(str(path), "{}\n")
+        except OSError as exc:
+            assert "is not a regular file" in str(exc) and str(path) in str(exc)
+        else:
+            raise AssertionError(f"{path} was written over")
+    assert pipe.is_fifo() and link.is_symlink() and target.read_text() == "kept\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report-")]
+    regular = tmp_path / "sim2.json"
+    regular.write_text("old\n")
+    assert write_atomically(str(regular), "new\n") and regular.read_text() == "new\n"
+    assert not write_atomically(str(regular), "new\n")

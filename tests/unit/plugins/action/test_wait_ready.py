@@ -15,6 +15,8 @@ from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGU
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait
 
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
+
 ARGS = {name: option.get("default") for name, option in ARGUMENT_SPEC.items()}
 
 

@@ -12,6 +12,8 @@ from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGU
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError
 
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
+
 ARGS = {name: option.get("default") for name, option in ARGUMENT_SPEC.items()}
 NODE = {"deployment": "dsr1", "node_rank": 1, "peers": {"gpu-a0": 0}, "channel": "20261130T120000-42-dsr1"}
 

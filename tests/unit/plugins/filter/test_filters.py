@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.unit.conftest import CORPUS
+
+pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
 
 REPO = Path(__file__).resolve().parents[4]
 PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "filters.yml"

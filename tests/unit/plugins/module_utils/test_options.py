@@ -11,6 +11,7 @@ import yaml
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import (
     COMMA_TEXT,
+    FLOORS,
     ROLE_SPECS,
     YAML_TEXT,
     check_role_values,
@@ -78,6 +79,16 @@ REFUSED = [
     ({"port": 70000}, "sglang_restart_port must be a TCP port (1-65535), got 70000"),
     ({"extra_rules": {"id": "x"}}, "sglang_restart_extra_rules must be a list, got a mapping"),
     ({"api_key": ["sk-secret-123"]}, "sglang_restart_api_key must be text (the value is not shown: it is secret)"),
+    # a timeout of 0 or less once restarted the server and failed only then
+    ({"health_timeout": 0}, "sglang_restart_health_timeout must be a number of seconds > 0, got 0"),
+    ({"health_timeout": "-1.5"}, "sglang_restart_health_timeout must be a number of seconds > 0, got -1.5"),
+    ({"release_timeout": 0}, "sglang_restart_release_timeout must be a whole number of seconds > 0, got 0"),
+    ({"smoke_timeout": -5}, "sglang_restart_smoke_timeout must be a whole number of seconds > 0, got -5"),
+    ({"router_timeout": "0"}, "sglang_restart_router_timeout must be a whole number of seconds > 0, got 0"),
+    ({"drain_timeout": -30}, "sglang_restart_drain_timeout must be a whole number of seconds > 0, got -30"),
+    ({"drain_timeout": "5m"}, "sglang_restart_drain_timeout must be a whole number, got '5m'"),
+    ({"poll_interval": 0}, "sglang_restart_poll_interval must be a number of seconds > 0, got 0"),
+    ({"heartbeat": -1}, "sglang_restart_heartbeat must be a number of seconds > 0, got -1"),
 ]
 
 
@@ -86,6 +97,40 @@ def test_each_mistake_is_refused_with_a_message_naming_it(given: dict[str, Any],
     problems, _rules, _values = check(given)
     assert any(problem.startswith(message) for problem in problems), problems
     assert "sk-secret-123" not in " ".join(problems)
+
+
+TIMEOUTS = [(role, name) for role, spec in sorted(ROLE_SPECS.items()) for name in spec if name.endswith("_timeout")]
+
+
+@pytest.mark.parametrize(("role", "name"), TIMEOUTS, ids=[f"{role}_{name}" for role, name in TIMEOUTS])
+@pytest.mark.parametrize("value", [0, -1, "0", " -30 "])
+def test_no_timeout_of_a_role_may_be_zero_or_less(role: str, name: str, value: Any) -> None:
+    """Each is refused with the others, naming the variable, the value and what is allowed; the
+    least value above 0 that the type takes is accepted."""
+    whole = ROLE_SPECS[role][name]["type"] == "int"
+    problems, _rules, _values = check({name: value}, role)
+    words = "a whole number of seconds" if whole else "a number of seconds"
+    assert problems == [f"{role}_{name} must be {words} > 0, got {int(str(value).strip())}"]
+    assert check({name: 1 if whole else 0.001}, role)[0] == []
+
+
+# how meta/argument_specs.yml says a floor
+FLOOR_WORDS = {(0, False): "more than 0", (0, True): "0 or more", (1, True): "at least 1"}
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_SPECS))
+def test_every_number_of_a_role_has_a_floor_and_its_documentation_says_it(role: str) -> None:
+    """No number option is left to fail after the restart: each has a floor in FLOORS (the port has
+    its range), and its description in meta/argument_specs.yml states it."""
+    documented = _argument_specs(role)
+    for name, option in ROLE_SPECS[role].items():
+        if option["type"] not in ("int", "float") or name == "port":
+            continue
+        assert name in FLOORS, f"{role}_{name} takes a number but has no floor in FLOORS"
+        floor = FLOORS[name]
+        description = documented[f"{role}_{name}"]["description"]
+        text = " ".join(description) if isinstance(description, list) else description
+        assert FLOOR_WORDS[(floor.lowest, floor.inclusive)] in text, f"{role}_{name}: {text}"
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -13,10 +13,12 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._classifier impo
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import (
     ENGINES,
     PROBE_HANG_SECONDS,
+    PROBE_KILL_CPU_SECONDS,
     PROBES,
     RuleError,
     check_rules,
     load_rules,
+    pumped_probes,
     required_literals,
     word_search_source,
 )
@@ -101,6 +103,50 @@ def test_a_quadratic_pattern_is_refused() -> None:
     # refused for its CPU time (or, on a machine too busy to answer in time, as hung)
     assert "rule 'site-slow'" in str(error.value)
     assert "grows faster than the line" in str(error.value) or "did not finish" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "probe"),
+    [
+        (r"(b+)+$", ("", "b")),
+        (r"^\[worker\] (q*)*$", ("[worker] ", "q")),
+        (r"state=([^,]+)+,", ("state=", "a")),
+        (r"(?:x|xx)+y", ("", "xx")),  # the parser reads x|xx as x(?:|x); a sample takes the branch that is not empty
+        (r"(?=(c+)+$)", ("", "c")),
+        (r"id=\d{3}-(?:[a-f]+){2,}#", ("id=000-", "a")),
+    ],
+)
+def test_probes_are_made_from_a_patterns_own_repeats(pattern: str, probe: tuple[str, str]) -> None:
+    """The fixed probes are runs of a few characters; a nested repeat of other characters, or one
+    behind a literal, is reached with a probe made from the pattern: what comes before the repeat,
+    then what its body matches, over and over."""
+    assert probe in pumped_probes(pattern)
+
+
+def test_a_nested_repeat_the_fixed_probes_miss_is_refused_by_the_cpu_limit() -> None:
+    """(b+)+$ backtracks without bound on a run of b's, which no fixed probe holds: refused on the
+    probe made from it, the probe process ended by its CPU limit (not by the wall-clock timeout)."""
+    assert not any(re.search(r"b{8}", text) for _name, text in PROBES)
+    with pytest.raises(RuleError) as error:
+        check_rules("sglang", [rule(id="site-bees", pattern=r"worker: (b+)+$")], shipped=False)
+    assert str(error.value).startswith(
+        f"rule 'site-bees' (extra rules #1): pattern 'worker: (b+)+$' did not finish within {PROBE_KILL_CPU_SECONDS:g} s of CPU on"
+        " 'b' over and over after 'worker: ' (up to 16384 characters, made from the pattern's repeats): it backtracks without bound"
+    )
+
+
+def test_only_your_rules_are_tried_when_asked_and_a_rule_that_passed_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """shipped=False, as the filters and journal_scan ask: the shipped packs (tried above) cost
+    nothing; a pattern that passed in this process is not tried again."""
+    spec = rule(id="site-nfs", pattern=r"NFS read took \d+ ms on host-\d+")
+    assert check_rules("sglang", [spec], shipped=False).rules[0].id == "site-nfs"
+
+    def no_process(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("a probe process was started")
+
+    monkeypatch.setattr("subprocess.Popen", no_process)
+    assert len(check_rules("vllm", shipped=False).rules) == len(load_rules("vllm").rules)
+    assert check_rules("sglang", [spec], shipped=False).rules[0].id == "site-nfs"
 
 
 def test_check_rules_also_refuses_what_load_rules_refuses() -> None:

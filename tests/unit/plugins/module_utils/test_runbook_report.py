@@ -3,17 +3,22 @@ its stages and the wait, the precheck's from its ordered checks, on observations
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify, load_rules
+from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from tests.unit.conftest import corpus_logs
 from tests.unit.plugins.module_utils.observations import (
     AFTER_ID,
     BEFORE_ID,
     CRASHED,
     HEALTH_URL,
     HOST,
+    READY,
     SMOKE_URL,
     UNIT,
     failed_step,
@@ -130,15 +135,17 @@ def test_a_healthy_server_passes_the_precheck() -> None:
 
 
 CRASHED_UNIT = probe_result(CRASHED, status=None, error="connection refused", active="failed", sub="failed", result="exit-code")
+FAILED_UNIT = probe_result(READY, status=None, error="connection refused", active="failed", sub="failed", result="exit-code")
 
 # Each row breaks one more thing than the checks after it look at: the first failing check decides.
+# A fatal line comes first, as in the restart's wait: it names the cause of a failed unit or health.
 PRECHECKS = [
     ("invalid_options", {"failure": failed_step("validate", "Refusing ...", reason="invalid_options", problems=["x"]), "state": {}, "probe": {}}),
     ("unit_not_found", {"state": unit_state(load="not-found", active="inactive", sub="dead", invocation=""), "probe": {}}),
     ("probe_failed", {"failure": failed_step("probe", "journalctl failed (rc=1): no journal"), "probe": {}}),
-    ("unit_not_active", {"probe": CRASHED_UNIT}),
-    ("health_failed", {"probe": probe_result(CRASHED, status=503)}),
-    ("fatal_log", {"probe": probe_result(CRASHED)}),
+    ("fatal_log", {"probe": CRASHED_UNIT}),
+    ("unit_not_active", {"probe": FAILED_UNIT}),
+    ("health_failed", {"probe": probe_result(status=503)}),
     ("not_ready", {"probe": probe_result(until_ready=True)}),
 ]
 
@@ -152,7 +159,15 @@ def test_the_first_failing_check_decides(reason: str, observed: dict[str, Any]) 
 
 def test_precheck_messages_say_why() -> None:
     report = precheck_report(probe=CRASHED_UNIT)
-    assert report["msg"].startswith(f"{UNIT} is failed (failed), not active (running), Result=exit-code; the current invocation logged 2 fatal event(s)")
+    assert report["msg"] == (
+        f"The current invocation logged 2 fatal event(s); {UNIT} is failed (failed), not active (running), Result=exit-code; "
+        f"health: {HEALTH_URL} did not answer: connection refused (probed from {HOST}), not 200; "
+        "first: RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    )
+    assert precheck_report(probe=FAILED_UNIT)["msg"] == f"{UNIT} is failed (failed), not active (running), Result=exit-code"
+    assert precheck_report(probe=probe_result(CRASHED))["msg"].startswith(
+        f"The current invocation logged 2 fatal event(s); {UNIT} is active (running); health: {HEALTH_URL} answered HTTP 200; first: "
+    )
     assert "answered HTTP 503 (probed from gpu-node-01), not 200" in precheck_report(probe=probe_result(CRASHED, status=503))["msg"]
     assert "did not answer: connection refused" in precheck_report(probe=probe_result(status=None, error="connection refused"))["msg"]
     refused = precheck_report(state=unit_state(load="not-found", invocation=""), probe={})
@@ -160,6 +175,54 @@ def test_precheck_messages_say_why() -> None:
         f"Refusing to check {UNIT} on {HOST}: there is no such systemd unit (LoadState=not-found). Nothing was started or stopped."
     )
     assert refused["journal_verdict"] is None and refused["fatal"] == []
+
+
+FAILED_STARTS = [log for log in corpus_logs() if log.outcome == "crashed"]
+# how a server left as its failed start ended answers: still running but not serving, refusing, gone
+LEFT_AS_IT_ENDED = [
+    ("running, health 503", {"active": "active", "sub": "running"}, 503, None),
+    ("running, health refused", {"active": "active", "sub": "running"}, None, "connection refused"),
+    ("failed, health refused", {"active": "failed", "sub": "failed", "result": "exit-code"}, None, "connection refused"),
+    ("restarting, health timed out", {"active": "activating", "sub": "auto-restart", "result": "exit-code"}, None, "timed out after 30 s"),
+]
+
+
+@pytest.mark.parametrize("log", FAILED_STARTS, ids=[log.name for log in FAILED_STARTS])
+@pytest.mark.parametrize(("unit", "status", "error"), [row[1:] for row in LEFT_AS_IT_ENDED], ids=[row[0] for row in LEFT_AS_IT_ENDED])
+def test_a_failed_start_is_named_by_its_fatal_line_with_health_beside_it(log: Any, unit: dict[str, Any], status: int | None, error: str | None) -> None:
+    """The real journal of a failed start and a failed look at the unit and health: the reason is
+    fatal_log, as the restart's wait decides, never health_failed or unit_not_active; the health
+    answer and the unit's state stay in the report, its message, its summary, stats and JUnit."""
+    engine = log.name.split("-", 1)[0]
+    journal = classify(log.body, rules=load_rules(engine))
+    assert journal["fatal"], f"{log.name}: the classifier finds no fatal line in a failed start"
+    journal["tail"] = log.body.splitlines()[-3:]
+    probe = {"unit": unit_state(**unit), "journal": journal, "health": {"url": HEALTH_URL, "up": status is not None, "status": status, "error": error}}
+    report = precheck_report(probe=probe, options=options(engine=engine))
+
+    assert (report["verdict"], report["reason"]) == ("fail", "fatal_log"), report["msg"]
+    assert report["health"] == probe["health"]
+    assert (report["state"]["active_state"], report["state"]["sub_state"]) == (unit["active"], unit["sub"])
+    assert report["first_fatal"]["message"] == journal["fatal"][0]["message"]
+    answer = f"answered HTTP {status}" if status is not None else f"did not answer: {error}"
+    assert f"; health: {HEALTH_URL} {answer} (probed from {HOST}), not 200; first: " in report["msg"]
+    assert report["msg"].startswith(f"The current invocation logged {len(journal['fatal'])} fatal event(s); {UNIT} is {unit['active']} ({unit['sub']})")
+
+    lines = summary_lines(report)
+    assert lines[0].startswith(f"{HOST} {UNIT}: precheck FAIL (fatal_log)")
+    assert "health: " in lines[1]
+    assert f"health: {f'HTTP {status}' if status is not None else f'no answer ({error})'} from {HEALTH_URL}" in lines
+    assert (stats(report)["reason"], stats(report)["health_status"]) == ("fatal_log", status)
+    failure = ET.fromstring(junit_xml(report)).find("./testsuite/testcase/failure")
+    assert failure is not None and failure.get("type") == "fatal_log"
+
+
+def test_a_placeholder_node_with_a_fatal_line_fails_on_it() -> None:
+    """A node of rank >= 1 answers health from a placeholder: not counted, and said so beside the
+    fatal line that fails it."""
+    report = precheck_report(probe=probe_result(CRASHED), node={"deployment": "dsr1", "rank": 1})
+    assert (report["verdict"], report["reason"]) == ("fail", "fatal_log")
+    assert "; health: answered by a placeholder (not counted); first: RuntimeError: NCCL error" in report["msg"]
 
 
 def test_strict_mode_fails_on_unrecognized_lines() -> None:

@@ -214,6 +214,20 @@ def test_a_crash_names_the_fatal_line_even_when_the_unit_failed_in_the_same_look
     assert outcome.reason == "fatal_log"
 
 
+@pytest.mark.parametrize("fatal_seen", ["in the look that sees the restart", "only in the last look after it"])
+def test_a_crash_that_systemd_already_restarted_is_named_by_its_fatal_line(fatal_seen: str) -> None:
+    """The verdict depends on what the watched start logged, not on whether the look came before
+    or after systemd's automatic restart."""
+    clock = Clock()
+    target = Target(READY_LOG[:LOADING] + FATAL)
+    replaced = unit(InvocationID="f" * 32, NRestarts=1)
+    seen = LOADING + len(FATAL) if fatal_seen.startswith("in the look") else LOADING
+    steps = [(0.1, target.probe(0)), (5, target.probe(seen, state=replaced)), (1, target.probe(LOADING + len(FATAL), state=replaced))]
+    outcome = drive(new_wait(clock), clock, steps)
+    assert outcome.reason == "fatal_log", outcome.msg
+    assert "was restarted during the start" in outcome.msg and "NRestarts 0 -> 1" in outcome.msg, outcome.msg
+
+
 def test_no_progress_within_the_phase_stall_limit_fails_as_stalled() -> None:
     clock, target = Clock(), Target()
     wait = new_wait(clock, stall_limit=100, stall_limits={"loading_weights": 20})
@@ -266,7 +280,8 @@ def test_health_that_never_passes_fails_as_health_never_passed() -> None:
 )
 def test_trouble_during_the_soak_fails_as_soak_failed(soak_look: dict[str, t.Any], words: str) -> None:
     clock, target = Clock(), Target()
-    steps = [(0.1, target.probe(READY, answer=health(200))), (1, target.probe(answer=health(200))), (3, target.probe(**soak_look))]
+    last_look = target.probe(state=soak_look["state"]) if "state" in soak_look else target.probe()
+    steps = [(0.1, target.probe(READY, answer=health(200))), (1, target.probe(answer=health(200))), (3, target.probe(**soak_look)), (1, last_look)]
     outcome = drive(new_wait(clock), clock, steps)
     assert outcome.reason in ("soak_failed", "restarted") and words in outcome.msg, outcome
     if "state" not in soak_look:

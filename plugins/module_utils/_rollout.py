@@ -1,0 +1,219 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The rollout's decisions, from what was observed: pure functions, no Ansible imports.
+
+``reconcile`` reads the run record an earlier run left on the host (``_run_record``) beside what the
+host shows now (its files, its unit) and what this run asks for, and says what is left to repair: a
+host out of rotation to put back once it serves a configuration that passed, a change whose start
+never passed to finish or roll back, a start still in progress to wait on instead of restarting, a
+rollback cut short to complete. ``decide`` takes what the run then observed and says what to do next
+(restart, verify in place, roll back, put back into rotation) and where the host ends (``state``).
+The role's tasks carry out what these say; they decide nothing themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import typing as t
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import Record
+
+# the steps during which the earlier run's new start may still be running
+STARTING = ("start", "wait", "smoke")
+ROLLING_BACK = ("rollback", "rollback_wait")
+ACTIVE_STATES = ("active", "activating", "reloading")
+
+
+def reconcile(
+    record: Record | None,
+    problem: str | None,
+    host_files: t.Mapping[str, t.Mapping[str, t.Any]],
+    unit: t.Mapping[str, t.Any],
+    requested: t.Sequence[t.Mapping[str, t.Any]],
+) -> dict[str, t.Any]:
+    """What an earlier, interrupted run left to repair.
+
+    ``host_files``: for each file of the record's change, ``{"sha256": ..., "previous_sha256": ...}``
+    of the file and of its ``.previous`` now (None: absent). ``unit``: ``systemctl show`` of the unit.
+    ``requested``: this run's files, each with ``path`` and ``new_sha256``.
+    """
+    plan: dict[str, t.Any] = {
+        "pending": False,
+        "run_id": None,
+        "step": None,
+        "problem": problem,
+        "repairs": [],
+        "out_of_rotation": False,
+        "worker": {},
+        "router_url": "",
+        "hooks_ran": False,
+        "unproven": [],
+        "restore_files": [],
+        "inflight": False,
+        "before_invocation": None,
+        "foreign": [],
+    }
+    if not record or record.get("step") == "done":
+        return plan
+    plan.update(run_id=record.get("run_id"), step=record.get("step"), before_invocation=record.get("before_invocation"))
+    where = f"run {record.get('run_id')} stopped at step {record.get('step')}"
+    traffic = record.get("traffic") or {}
+    if traffic.get("out"):
+        plan.update(out_of_rotation=True, worker=traffic.get("worker") or {}, router_url=traffic.get("router_url") or "", hooks_ran=bool(traffic.get("hooks")))
+        plan["repairs"].append(f"out of rotation since {where}: put back once the host serves a configuration that passed")
+    change = record.get("change") or {}
+    if change and not change.get("proven") and not change.get("settled"):
+        _reconcile_change(plan, record, change, host_files, unit, requested, where)
+    plan["pending"] = bool(plan["repairs"])
+    return plan
+
+
+def _reconcile_change(
+    plan: dict[str, t.Any],
+    record: Record,
+    change: t.Mapping[str, t.Any],
+    host_files: t.Mapping[str, t.Mapping[str, t.Any]],
+    unit: t.Mapping[str, t.Any],
+    requested: t.Sequence[t.Mapping[str, t.Any]],
+    where: str,
+) -> None:
+    written, unwritten = [], []
+    for entry in change.get("files") or []:
+        now = host_files.get(entry["path"], {})
+        current = now.get("sha256")
+        if current is not None and current == entry.get("new_sha256"):
+            written.append(entry)
+        elif current == entry.get("previous_sha256"):
+            unwritten.append(entry)
+        else:
+            plan["foreign"].append(entry["path"])
+    if plan["foreign"]:
+        plan["repairs"].append(f"{', '.join(plan['foreign'])} changed on the host since {where}: left as it is, not rolled back")
+    step = record.get("step")
+    if step in ROLLING_BACK:
+        plan["restore_files"] = [_backup(entry, host_files) for entry in written]
+        plan["repairs"].append(f"the rollback of {where} is completed: the previous configuration is put back first")
+        return
+    if step in ("rolled_back", "rollback_failed", "failed"):
+        return
+    plan["unproven"] = [{"path": entry["path"], "existed": bool(entry.get("existed"))} for entry in written]
+    if written:
+        plan["repairs"].append(f"the change of {where} never passed its start: this run's start proves it or rolls it back")
+    same_change = {(f["path"], f["new_sha256"]) for f in requested} == {(f["path"], f["new_sha256"]) for f in change.get("files") or []}
+    running_new = unit.get("ActiveState") in ACTIVE_STATES and unit.get("InvocationID") not in ("", None, record.get("before_invocation"))
+    if step in STARTING and same_change and written and not unwritten and not plan["foreign"] and running_new:
+        plan["inflight"] = True
+        plan["repairs"].append(f"the start of {where} is still in progress (invocation {unit.get('InvocationID')}): waited on, not restarted")
+
+
+def _backup(entry: t.Mapping[str, t.Any], host_files: t.Mapping[str, t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
+    backup_ok = not entry.get("existed") or host_files.get(entry["path"], {}).get("previous_sha256") == entry.get("previous_sha256")
+    return {"path": entry["path"], "existed": bool(entry.get("existed")), "backup_intact": backup_ok}
+
+
+def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """What the rollout does next and where the host ends, from what this run observed.
+
+    Keys read (all optional): check_mode, failed (a step failed and was rescued), stopped (the unit
+    was stopped by this run), change_requested, change_pending (files differ from the host's, or an
+    earlier run's change was never proven), force_restart, inflight, unit_active, deploy_applied,
+    new_start_failed, rollback_enabled, rollback_restarted, rollback_passed, out_of_rotation (by this
+    run or an earlier one), verified (the in-place check of an unchanged host passed), unproven_in_place
+    (an earlier run's change that never passed is on the host).
+    """
+    get = observed.get
+    restart_needed = not get("change_requested") or bool(get("change_pending")) or bool(get("force_restart"))
+    if not restart_needed and get("change_requested") and not get("unit_active"):
+        restart_needed = True  # the configuration is in place but nothing runs it
+    verify_in_place = not restart_needed and not get("check_mode")
+    rollback_wanted = bool(
+        not get("check_mode") and get("deploy_applied") and get("new_start_failed") and (get("rollback_enabled", True) or not get("stopped"))
+    )
+    rollback_passed = bool(get("rollback_restarted") and get("rollback_passed"))
+    # the unit was stopped for this start: by this run, or by the earlier run whose start is waited on
+    stopped = bool(get("stopped") or get("inflight"))
+    serving = (
+        rollback_passed
+        or (verify_in_place and bool(get("verified")))
+        or (restart_needed and stopped and not get("new_start_failed"))
+        or (bool(get("failed")) and not stopped and not get("unproven_in_place"))
+    )
+    restore_wanted = bool(not get("check_mode") and serving and get("out_of_rotation"))
+    return {
+        "restart_needed": restart_needed,
+        "verify_in_place": verify_in_place,
+        "rollback_wanted": rollback_wanted,
+        "serving": serving,
+        "restore_wanted": restore_wanted,
+        "state": _state(observed, restart_needed, rollback_wanted, rollback_passed),
+    }
+
+
+def _state(observed: t.Mapping[str, t.Any], restart_needed: bool, rollback_wanted: bool, rollback_passed: bool) -> str:
+    """check_mode, not_restarted (failed before the stop; any change was put back), unchanged (the
+    new configuration was already in place), rolled_back, rollback_failed, failed (down, not rolled
+    back), new_configuration, restarted (passed, no change)."""
+    get = observed.get
+    if get("check_mode"):
+        return "check_mode"
+    if get("failed") and not get("stopped") and not get("inflight"):
+        return "not_restarted"
+    if not restart_needed:
+        return "unchanged"
+    if get("rollback_restarted") and rollback_passed:
+        return "rolled_back"
+    if rollback_wanted:
+        return "rollback_failed"
+    if get("new_start_failed"):
+        return "failed"
+    if get("deploy_applied"):
+        return "new_configuration"
+    return "restarted"
+
+
+def change_entries(
+    files: t.Sequence[t.Mapping[str, t.Any]], host_files: t.Mapping[str, t.Mapping[str, t.Any]], unproven: t.Sequence[t.Mapping[str, t.Any]]
+) -> list[dict[str, t.Any]]:
+    """The changed files as the run record keeps them. A file an earlier run wrote and never proved
+    keeps that run's backup: its previous content is the ``.previous`` copy on the host, not what the
+    file holds now."""
+    pending = {entry["path"] for entry in unproven}
+    entries = []
+    for entry in files:
+        path = entry["path"]
+        if path in pending:
+            previous = host_files.get(path, {}).get("previous_sha256")
+        else:
+            previous = content_sha256(entry["previous"]) if entry.get("existed") and isinstance(entry.get("previous"), str) else None
+        entries.append(
+            {
+                "path": path,
+                "kind": entry.get("kind"),
+                "existed": bool(entry.get("existed")),
+                "previous_sha256": previous,
+                "new_sha256": content_sha256(entry.get("content") or ""),
+            }
+        )
+    return entries
+
+
+def content_sha256(text: str) -> str:
+    """The hash of a text's UTF-8 bytes: what ``_run_record.sha256_of`` gives for a file holding it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def interrupted(record: t.Any) -> str | None:
+    """What an interrupted run left undone, in words, or None: a host out of rotation, a
+    configuration whose start never passed."""
+    if not isinstance(record, t.Mapping) or record.get("step") in (None, "done"):
+        return None
+    where = f"run {record.get('run_id')} stopped at step {record.get('step')}"
+    left = []
+    if (record.get("traffic") or {}).get("out"):
+        left.append("out of rotation")
+    change = record.get("change") or {}
+    if change and not change.get("proven") and not change.get("settled"):
+        left.append("on a configuration whose start never passed")
+    if not left:
+        return None
+    return f"{' and '.join(left)} ({where}); run the same rollout again to repair it"

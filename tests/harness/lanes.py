@@ -1,0 +1,62 @@
+"""Which tests a run on one ansible-core version executes (``INFEROPS_LANE``, set by
+``tests/harness/versions.py``; unset, as in ``make unit`` and ``make integration-dev``, runs all).
+
+- The pure core's unit tests do not depend on ansible-core: they run in the development venv
+  (``make unit``, the oldest Python) and on the newest version (the newest Python). The unit tests
+  that exercise ansible-core (marked ``ansible``) run on every version.
+- Every integration test function runs on both whole-suite versions (oldest and newest); the cases
+  of a parametrized one are shared out between them, alternately, so each case runs on one of the
+  two. A case is two to four real playbook runs: running each on both doubled the suite's time
+  without testing another code path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+LANES = ("dev", "oldest", "newest", "short")
+# which of the alternating cases of a parametrized integration test each whole-suite lane runs
+CASE_SHARE = {"newest": 0, "oldest": 1}
+# the lanes that run the pure core's unit tests (and the development venv's `make unit`)
+PURE_UNIT_LANES = frozenset({"newest"})
+
+
+class LaneError(ValueError):
+    """INFEROPS_LANE names no lane."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """What the selection needs to know of one collected test."""
+
+    nodeid: str
+    unit: bool
+    ansible: bool = False
+    function: str = ""  # the test function's own id (module and name), shared by its parametrized cases
+    parametrized: bool = False
+
+
+def check_lane(lane: str) -> str:
+    if lane and lane not in LANES:
+        raise LaneError(f"INFEROPS_LANE={lane!r} names no lane (one of: {', '.join(LANES)}, or unset for every test)")
+    return lane
+
+
+def runs_here(cases: t.Sequence[Case], lane: str) -> list[bool]:
+    """For each case, whether the lane runs it."""
+    check_lane(lane)
+    seen: dict[str, int] = {}
+    keep = []
+    for case in cases:
+        if not lane:
+            keep.append(True)
+        elif case.unit:
+            keep.append(case.ansible or lane in PURE_UNIT_LANES)
+        elif case.parametrized and lane in CASE_SHARE:
+            index = seen.get(case.function, 0)
+            seen[case.function] = index + 1
+            keep.append(index % len(CASE_SHARE) == CASE_SHARE[lane])
+        else:
+            keep.append(True)
+    return keep

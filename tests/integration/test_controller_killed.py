@@ -1,0 +1,198 @@
+"""A rollout whose controller dies: ansible-playbook killed (SIGKILL of its process group) or
+cancelled the way AWX cancels a job (SIGINT, then SIGTERM, to ansible-runner's process group) at a
+step boundary of a deploy with drain, then the same command run again. Every case must end with the
+host in the router, the unit active and healthy, on the new configuration when it passes and on the
+previous one otherwise, the report naming what was repaired and the run record settled.
+
+The kill points are the steps the run record on the host names (written before each step is taken):
+the test watches the record and kills the controller the moment it reaches the step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.figures import record
+from tests.harness.fleet import Fleet
+from tests.harness.router_stub import RouterStub
+from tests.integration.conftest import REPO, RunPlaybook, flat
+from tests.integration.test_deploy_playbook import (
+    ADMIN_KEY,
+    DROPIN,
+    NEW_MODEL,
+    OLD_MODEL,
+    PLAYBOOK,
+    QUICK,
+    deploy_vars,
+    read_file,
+    report,
+    served_model,
+    start_with,
+    workers,
+)
+
+RECORD = "/var/lib/inferops/sglang.service.json"
+GOOD = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL}\n"
+CRASHING = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL} SIM_SCENARIO=crash SIM_PHASE=loading_weights\n"
+# (step the controller is killed at, the new configuration, how): each case is two real runs; the two
+# whole-suite lanes run every other one (tests/harness/lanes.py), in this order: the newest the drain, the
+# good wait, the crashing wait and the AWX cancel, the oldest the deploy, the restore and the rollback's
+# wait. The points not run here (after the stop, after the pass, in the rollback's first step) are
+# replayed in the unit tests of the decisions (tests/unit/plugins/module_utils/test_rollout.py)
+POINTS = [
+    ("drain", GOOD, "kill"),
+    ("deploy", GOOD, "kill"),
+    ("wait", GOOD, "kill"),
+    ("restore", GOOD, "kill"),
+    ("wait", CRASHING, "kill"),
+    ("rollback_wait", CRASHING, "kill"),
+    ("wait", GOOD, "awx"),
+]
+
+
+def host_record(fleet: Fleet, host: str) -> dict[str, object]:
+    proc = fleet.ssh(host, f"cat {RECORD}", check=False)
+    if proc.returncode != 0:
+        return {}
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def wait_for_step(fleet: Fleet, host: str, process: subprocess.Popen[bytes], step: str, output: Path, timeout: float = 300) -> None:
+    """Until the run record on the host names ``step`` for a run that is not the earlier one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if host_record(fleet, host).get("step") == step:
+            return
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"the run never reached step {step} (rc {process.poll()}):\n{output.read_text(errors='replace')[-4000:]}")
+
+
+def playbook_command(fleet: Fleet, extra: dict[str, object], host: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet.inventory), PLAYBOOK, "--limit", host, "-e", json.dumps(extra)]
+
+
+def runner_command(fleet: Fleet, extra: dict[str, object], host: str, private: Path) -> list[str]:
+    """ansible-runner's own command line, as an AWX execution node starts a job."""
+    (private / "env").mkdir(parents=True, exist_ok=True)
+    (private / "env" / "extravars").write_text(json.dumps(extra))
+    (private / "inventory").mkdir(exist_ok=True)
+    (private / "inventory" / "hosts").write_text(fleet.inventory.read_text())
+    return [str(Path(sys.executable).parent / "ansible-runner"), "run", str(private), "-p", str(REPO / PLAYBOOK), "--limit", host, "--project-dir", str(REPO)]
+
+
+def stop(process: subprocess.Popen[bytes], how: str) -> None:
+    if how == "kill":
+        os.killpg(process.pid, signal.SIGKILL)
+    else:  # AWX's cancel: SIGINT to the process group, SIGTERM when it is still there a moment later
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    # what the killed controller's connections left on the host goes with them
+    with_leftovers = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, check=False)
+    if with_leftovers.returncode == 0:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("step", "dropin", "how"), POINTS, ids=[f"{how}-at-{step}-{'good' if d == GOOD else 'crashing'}" for step, d, how in POINTS])
+def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
+    fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path, step: str, dropin: str, how: str
+) -> None:
+    start_with(fleet, [host])
+    url = workers(fleet, [host])[host]
+    with RouterStub(workers=[url], admin_key=ADMIN_KEY) as router:
+        extra = deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=dropin)
+        env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+        cmd = runner_command(fleet, extra, host, tmp_path / "runner") if how == "awx" else playbook_command(fleet, extra, host)
+        output = tmp_path / "killed.out"
+        with output.open("wb") as out:
+            process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for_step(fleet, host, process, step, output)
+        finally:
+            stop(process, how)
+        left = {
+            "in router": url in router.registered(),
+            "unit": fleet.unit_property(host, "ActiveState"),
+            "health": fleet.health(host),
+            "record": host_record(fleet, host).get("step"),
+            "new drop-in written": read_file(fleet, host, DROPIN) == dropin,
+        }
+        # killed before it wrote anything or took the host out, a run leaves nothing to repair
+        must_repair = left["new drop-in written"] or not left["in router"]
+
+        again = run_playbook(PLAYBOOK, extra_vars=extra, limit=host)
+        out = flat(again.output)
+        passes = dropin == GOOD
+        assert (again.returncode == 0) == passes, again
+        assert url in router.registered(), (left, router.changes(), again)
+        assert fleet.unit_property(host, "ActiveState") == "active"
+        assert fleet.health(host) == "200"
+        assert served_model(fleet, host) == (NEW_MODEL if passes else OLD_MODEL)
+        assert read_file(fleet, host, DROPIN) == (dropin if passes else f"[Service]\nEnvironment=SIM_MODEL={OLD_MODEL}\n")
+        data = report(tmp_path / "reports", host)
+        assert bool(data["repairs"]) or not must_repair, (left, data)
+        assert data["state"] == ("new_configuration" if passes or step == "passed" else "rolled_back") or (passes and data["state"] == "unchanged"), data
+        settled = host_record(fleet, host)
+        assert settled.get("step") == "done" and settled.get("traffic", {}).get("out") is False, settled  # type: ignore[union-attr]
+        assert ADMIN_KEY not in out
+    record(
+        f"\nkilled ({how}) at {step}, {'good' if passes else 'crashing'} configuration: left {left}; "
+        f"the rerun ({again.elapsed:.0f} s) ended {data['state']}, repaired: {'; '.join(map(str, data['repairs']))}"
+    )
+
+
+def test_a_second_run_after_a_clean_pass_only_reads_the_router(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """Nothing to repair and nothing to change: the router is only read from (not at all, here), the unit not
+    restarted, and the configuration in place is still proven healthy before the run passes."""
+    start_with(fleet, [host])
+    url = workers(fleet, [host])[host]
+    with RouterStub(workers=[url], admin_key=ADMIN_KEY) as router:
+        extra = deploy_vars(router, tmp_path, sglang_restart_dropin_content=GOOD)
+        first = run_playbook(PLAYBOOK, extra_vars=extra, limit=host)
+        assert first.returncode == 0, first
+        calls = len(router.calls)
+        invocation = fleet.unit_property(host, "InvocationID")
+        again = run_playbook(PLAYBOOK, extra_vars=extra, limit=host)
+        assert again.returncode == 0, again
+        assert all(call.verb == "list" for call in router.calls[calls:]), router.calls[calls:]
+        assert fleet.unit_property(host, "InvocationID") == invocation
+        assert f"already on the new configuration (nothing restarted): {host}" in flat(again.output), again
+        assert "REPAIRED" not in again.output
+
+
+def test_an_unchanged_configuration_whose_server_is_unhealthy_does_not_pass(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """The change is already in place, but the server it runs answers 503: the run fails instead of
+    passing on "already in place", and nothing is restarted."""
+    start_with(fleet, [host], dropin=GOOD, SIM_SCENARIO="health_503")
+    invocation = fleet.unit_property(host, "InvocationID")
+    run = run_playbook(
+        PLAYBOOK,
+        extra_vars={**QUICK, "sglang_restart_budget": 20, "sglang_restart_report_dir": str(tmp_path), "sglang_restart_dropin_content": GOOD},
+        limit=host,
+    )
+    assert run.returncode != 0, run
+    data = report(tmp_path, host)
+    assert data["verdict"] == "fail" and data["state"] == "unchanged", data
+    assert fleet.unit_property(host, "InvocationID") == invocation
