@@ -6,7 +6,7 @@
   that exercise ansible-core (marked ``ansible``) run on every version.
 - The integration tests are shared out between the two whole-suite versions (oldest and newest):
   in each module, in the order collected, every other test (a parametrized test's cases one by one)
-  runs on the oldest and the others on the newest, so each version runs half of every module's
+  runs on the newest and the others on the oldest, so each version runs half of every module's
   tests and together they run all. The tests marked ``every_version`` (the ones whose subject is
   what differs between ansible-core versions) run on both. A test is two to eight real playbook
   runs against real systemd hosts: running each on both doubled the suite's time without testing
@@ -20,8 +20,7 @@ import typing as t
 
 LANES = ("dev", "oldest", "newest", "short")
 # which of a module's alternating integration tests each whole-suite lane runs
-# (the oldest takes a module's first: the newest also runs the pure core's unit tests)
-CASE_SHARE = {"oldest": 0, "newest": 1}
+CASE_SHARE = {"newest": 0, "oldest": 1}
 # the lanes that run the pure core's unit tests (and the development venv's `make unit`)
 PURE_UNIT_LANES = frozenset({"newest"})
 
