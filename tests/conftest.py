@@ -63,6 +63,7 @@ def _device_nodes_intact() -> Iterator[None]:
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "ansible: a unit test that exercises ansible-core (run on every version)")
+    config.addinivalue_line("markers", "every_version: an integration test run on both whole-suite versions (not shared out)")
     try:
         check_lane(os.environ.get("INFEROPS_LANE", ""))
     except LaneError as exc:
@@ -78,8 +79,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             nodeid=item.nodeid,
             unit=item.nodeid.startswith(UNIT_TESTS),
             ansible=item.get_closest_marker("ansible") is not None,
-            function=item.nodeid.split("[", 1)[0],
-            parametrized=hasattr(item, "callspec"),
+            every_version=item.get_closest_marker("every_version") is not None,
         )
         for item in items
     ]

@@ -4,10 +4,13 @@
 - The pure core's unit tests do not depend on ansible-core: they run in the development venv
   (``make unit``, the oldest Python) and on the newest version (the newest Python). The unit tests
   that exercise ansible-core (marked ``ansible``) run on every version.
-- Every integration test function runs on both whole-suite versions (oldest and newest); the cases
-  of a parametrized one are shared out between them, alternately, so each case runs on one of the
-  two. A case is two to four real playbook runs: running each on both doubled the suite's time
-  without testing another code path.
+- The integration tests are shared out between the two whole-suite versions (oldest and newest):
+  in each module, in the order collected, every other test (a parametrized test's cases one by one)
+  runs on the newest and the others on the oldest, so each version runs half of every module's
+  tests and together they run all. The tests marked ``every_version`` (the ones whose subject is
+  what differs between ansible-core versions) run on both. A test is two to eight real playbook
+  runs against real systemd hosts: running each on both doubled the suite's time without testing
+  another code path.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import dataclasses
 import typing as t
 
 LANES = ("dev", "oldest", "newest", "short")
-# which of the alternating cases of a parametrized integration test each whole-suite lane runs
+# which of a module's alternating integration tests each whole-suite lane runs
 CASE_SHARE = {"newest": 0, "oldest": 1}
 # the lanes that run the pure core's unit tests (and the development venv's `make unit`)
 PURE_UNIT_LANES = frozenset({"newest"})
@@ -32,9 +35,12 @@ class Case:
 
     nodeid: str
     unit: bool
-    ansible: bool = False
-    function: str = ""  # the test function's own id (module and name), shared by its parametrized cases
-    parametrized: bool = False
+    ansible: bool = False  # a unit test that exercises ansible-core
+    every_version: bool = False  # an integration test that runs on both whole-suite versions
+
+    @property
+    def module(self) -> str:
+        return self.nodeid.split("::", 1)[0]
 
 
 def check_lane(lane: str) -> str:
@@ -53,9 +59,9 @@ def runs_here(cases: t.Sequence[Case], lane: str) -> list[bool]:
             keep.append(True)
         elif case.unit:
             keep.append(case.ansible or lane in PURE_UNIT_LANES)
-        elif case.parametrized and lane in CASE_SHARE:
-            index = seen.get(case.function, 0)
-            seen[case.function] = index + 1
+        elif lane in CASE_SHARE and not case.every_version:
+            index = seen.get(case.module, 0)
+            seen[case.module] = index + 1
             keep.append(index % len(CASE_SHARE) == CASE_SHARE[lane])
         else:
             keep.append(True)

@@ -10,8 +10,8 @@ needs 3.12) use the interpreter pyenv provides.
 
 The test runs go side by side in lanes, each lane with its own test fleet on its own network (see
 ``fleet_nets``; fleet dirs ``$INFEROPS_FLEET_DIR-<minor>``): the oldest and the newest version each
-run the unit tests and the whole integration suite in a lane of their own; the third lane runs the
-unit tests and the short run of every other version (only the short run in the development venv:
+run the unit tests and the integration suite in a lane of their own (each its share of them:
+tests/harness/lanes.py); the third lane runs the unit tests and the short run of every other version (only the short run in the development venv:
 `make unit` runs its unit tests), then the molecule scenarios (in the development venv, the only one
 molecule accepts), then the tests against a real vLLM server on the newest version (its install,
 cached, is made in the background while the lanes run: tests/harness/real_vllm.py). Output goes to ``.build/versions/<name>.log``, printed whole
@@ -355,7 +355,7 @@ def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, 
 
 
 def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
-    """The unit tests plus the whole integration suite (oldest, newest) or the short run (the others)."""
+    """The unit tests plus the integration suite (oldest, newest: each its share, tests/harness/lanes.py) or the short run (the others)."""
     version = venv.version
     extra = {"INFEROPS_ANSIBLE_CORE": version.release, "INFEROPS_LANE": version.runs, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "0"}
     if version.runs in ("short", "dev"):

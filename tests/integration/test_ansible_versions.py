@@ -10,9 +10,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.harness.fleet import Fleet
 from tests.harness.versions import REQUIREMENTS_FILE, pinned
 from tests.integration.conftest import QUICK, RunPlaybook
+
+pytestmark = pytest.mark.every_version  # its subject is the version: run on both whole-suite versions
 
 UNIT = "sglang.service"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1"}

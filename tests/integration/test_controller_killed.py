@@ -43,10 +43,10 @@ RECORD = "/var/lib/inferops/sglang.service.json"
 GOOD = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL}\n"
 CRASHING = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL} SIM_SCENARIO=crash SIM_PHASE=loading_weights\n"
 # (step the controller is killed at, the new configuration, how): each case is two real runs; the two
-# whole-suite lanes run every other one (tests/harness/lanes.py), in this order: the newest the drain, the
-# good wait, the crashing wait and the AWX cancel, the oldest the deploy, the restore and the rollback's
-# wait. The points not run here (after the stop, after the pass, in the rollback's first step) are
-# replayed in the unit tests of the decisions (tests/unit/plugins/module_utils/test_rollout.py)
+# whole-suite versions run every other test of this module (tests/harness/lanes.py): the newest the drain,
+# the good wait, the crashing wait and the AWX cancel, the oldest the deploy, the restore and the
+# rollback's wait. The points not run here (after the stop, after the pass, in the rollback's first step)
+# are replayed in the unit tests of the decisions (tests/unit/plugins/module_utils/test_rollout.py)
 POINTS = [
     ("drain", GOOD, "kill"),
     ("deploy", GOOD, "kill"),

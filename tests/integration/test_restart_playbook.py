@@ -42,6 +42,7 @@ def start_all(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
     return ids
 
 
+@pytest.mark.every_version  # the operator's and the pipeline's first run: on both whole-suite versions
 def test_ok_restart_passes_and_reports(fleet: Fleet, hosts: list[str], tmp_path: Path, run_runner: RunRunner) -> None:
     """The ok scenario passes through ansible-runner (the CI path): exit 0, the summary names the
     allowlisted CUTE_DSL warning of all 8 ranks, set_stats artifacts, JSON and JUnit reports."""

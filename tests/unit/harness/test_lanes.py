@@ -1,5 +1,6 @@
-"""Which tests each version's run executes: every integration test function on both whole-suite
-versions, each parametrized case on one of them, the pure core's unit tests where the Python differs."""
+"""Which tests each version's run executes: the integration tests shared out between the two
+whole-suite versions (every test on one of them, the every_version ones on both), the pure core's
+unit tests where the Python differs, the ansible-core unit tests everywhere."""
 
 from __future__ import annotations
 
@@ -15,20 +16,15 @@ from tests.harness.lanes import Case, LaneError, runs_here
 REPO = Path(__file__).resolve().parents[3]
 
 
-def integration(function: str, cases: int) -> list[Case]:
-    if cases == 0:
-        return [Case(f"tests/integration/test_x.py::{function}", unit=False, function=f"tests/integration/test_x.py::{function}")]
-    nodeid = f"tests/integration/test_x.py::{function}"
-    return [Case(f"{nodeid}[{index}]", unit=False, function=nodeid, parametrized=True) for index in range(cases)]
+def integration(module: str, names: list[str], every_version: tuple[str, ...] = ()) -> list[Case]:
+    return [Case(f"tests/integration/{module}::{name}", unit=False, every_version=name in every_version) for name in names]
 
 
 SUITE = [
     Case("tests/unit/test_core.py::test_pure", unit=True),
     Case("tests/unit/test_filters.py::test_through_ansible", unit=True, ansible=True),
-    *integration("test_plain", 0),
-    *integration("test_crash", 5),
-    *integration("test_killed", 7),
-    *integration("test_one_case", 1),
+    *integration("test_a.py", ["test_first", "test_versions", "test_crash[0]", "test_crash[1]", "test_crash[2]"], every_version=("test_versions",)),
+    *integration("test_b.py", ["test_only"]),
 ]
 
 
@@ -36,20 +32,18 @@ def selected(lane: str) -> set[str]:
     return {case.nodeid for case, kept in zip(SUITE, runs_here(SUITE, lane)) if kept}
 
 
-def test_every_parametrized_case_runs_on_exactly_one_whole_suite_version_and_every_function_on_both() -> None:
-    oldest, newest = selected("oldest"), selected("newest")
-    parametrized = {case.nodeid for case in SUITE if case.parametrized}
-    assert parametrized & oldest & newest == set()
-    assert parametrized <= oldest | newest
+def names(nodeids: set[str]) -> set[str]:
+    return {nodeid.rsplit("::", 1)[1] for nodeid in nodeids if nodeid.startswith("tests/integration/")}
 
-    def functions(lane: set[str]) -> set[str]:
-        return {nodeid.split("[")[0].rsplit("::", 1)[1] for nodeid in lane if nodeid.startswith("tests/integration/")}
 
-    assert functions(newest) == {"test_plain", "test_crash", "test_killed", "test_one_case"}
-    assert functions(oldest) == {"test_plain", "test_crash", "test_killed"}  # a single case runs on the newest
-    # alternately, in the order collected: the newest takes the first case of each function
-    assert "tests/integration/test_x.py::test_killed[0]" in newest and "tests/integration/test_x.py::test_killed[1]" in oldest
-    assert len([nodeid for nodeid in newest if "test_killed" in nodeid]) == 4
+def test_each_integration_test_runs_on_one_whole_suite_version_and_the_every_version_ones_on_both() -> None:
+    oldest, newest = names(selected("oldest")), names(selected("newest"))
+    everything = names({case.nodeid for case in SUITE})
+    assert oldest | newest == everything
+    assert oldest & newest == {"test_versions"}
+    # in each module, in the order collected, alternately: the newest takes the first
+    assert newest == {"test_first", "test_versions", "test_crash[1]", "test_only"}
+    assert oldest == {"test_versions", "test_crash[0]", "test_crash[2]"}
 
 
 def test_the_pure_core_runs_on_the_newest_only_and_ansible_unit_tests_everywhere() -> None:
@@ -69,15 +63,27 @@ def test_an_unknown_lane_is_refused_by_name() -> None:
         runs_here(SUITE, "olde")
 
 
+def collected(lane: str, *paths: str) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *paths]
+    return subprocess.run(args, cwd=REPO, env={**os.environ, "INFEROPS_LANE": lane}, capture_output=True, text=True, timeout=120, check=False)
+
+
 def test_pytest_collects_what_the_lane_selects() -> None:
-    """The hook on the real suite: the oldest version deselects the pure core and every other kill point."""
-    env = {**os.environ, "INFEROPS_LANE": "oldest"}
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "tests/unit/plugins/module_utils/test_rollout.py"]
-    args += ["tests/unit/plugins/filter/test_filters.py", "tests/integration/test_controller_killed.py"]
-    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
-    collected = proc.stdout
-    assert "test_rollout.py" not in collected and "test_filters.py::" in collected, collected[-2000:]
-    killed = [line for line in collected.splitlines() if "repairs_what_a_dead_controller_left[" in line]
-    assert [line.split("[")[1] for line in killed] == ["kill-at-deploy-good]", "kill-at-restore-good]", "kill-at-rollback_wait-crashing]"], collected[-2000:]
-    proc = subprocess.run(args, cwd=REPO, env={**os.environ, "INFEROPS_LANE": "olde"}, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode != 0 and "INFEROPS_LANE='olde' names no lane" in proc.stderr + proc.stdout
+    """The hook on the real suite: the oldest version runs no pure core unit test, every other kill
+    point, and the every_version tests; the two together run every integration test."""
+    paths = ("tests/unit/plugins/module_utils/test_rollout.py", "tests/unit/plugins/filter/test_filters.py", "tests/integration")
+    oldest, newest = collected("oldest", *paths).stdout, collected("newest", *paths).stdout
+    assert "test_rollout.py" not in oldest and "test_filters.py::" in oldest, oldest[-2000:]
+    killed = [line.split("[")[1] for line in oldest.splitlines() if "repairs_what_a_dead_controller_left[" in line]
+    assert killed == ["kill-at-deploy-good]", "kill-at-restore-good]", "kill-at-rollback_wait-crashing]"], oldest[-2000:]
+
+    def integration_tests(listing: str) -> set[str]:
+        return {line for line in listing.splitlines() if line.startswith("tests/integration/")}
+
+    everything = integration_tests(collected("", "tests/integration").stdout)
+    assert integration_tests(oldest) | integration_tests(newest) == everything
+    both = integration_tests(oldest) & integration_tests(newest)
+    assert "tests/integration/test_ansible_versions.py::test_restart_then_precheck" in both
+    assert len(both) < len(everything) / 4, both
+    refused = collected("olde", "tests/unit/harness/test_lanes.py")
+    assert refused.returncode != 0 and "INFEROPS_LANE='olde' names no lane" in refused.stderr + refused.stdout

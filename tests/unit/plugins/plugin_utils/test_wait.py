@@ -7,6 +7,7 @@ Only the unit's state, the health answers and the clock are made up, one step at
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 import pytest
@@ -403,6 +404,19 @@ def test_progress_is_shown_on_change_and_at_least_every_heartbeat() -> None:
     # 25 s after the last line: the next look, 5 s away, could come too late for the heartbeat
     (beat,) = wait.take_messages()
     assert "30s elapsed" in beat and "loading weights" in beat
+
+
+def test_a_look_during_weight_loading_shows_the_progress_bar_of_the_real_log() -> None:
+    """What the integration tests cannot assert under load (a look may miss a phase shorter than the
+    poll interval): a look that sees the bar shows its figures."""
+    clock, target = Clock(), Target()
+    wait = new_wait(clock)
+    wait.begin()
+    halfway = next(index for index, line in enumerate(READY_LOG) if "checkpoint shards:  50%" in line)
+    clock.now += 1
+    wait.observe(target.probe(halfway + 1), clock())
+    (shown,) = wait.take_messages()
+    assert re.search(r"loading weights 50% \(7/14 shards\), 1s elapsed", shown), shown
 
 
 def test_the_heartbeat_is_never_late_when_looks_take_longer() -> None:
