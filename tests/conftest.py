@@ -14,7 +14,7 @@ import pytest
 from tests.figures import RECORDED
 from tests.harness.lanes import Case, LaneError, check_lane, runs_here
 
-UNIT_TESTS = os.path.join("tests", "unit", "")
+UNIT_TESTS = "tests/unit/"  # pytest node ids use "/" on every platform
 
 # the device nodes every tool on the controller (ssh, systemd-nspawn, Ansible) relies on
 DEVICES = {"/dev/null": (1, 3), "/dev/zero": (1, 5), "/dev/urandom": (1, 9)}

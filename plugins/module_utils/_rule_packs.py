@@ -423,7 +423,7 @@ VLLM: RulePack = [
     {
         "id": "vllm-model-runner-v1-fallback",
         "class": "allowlisted",
-        "pattern": r"Model Runner V\w* requires .*; using the V\w* model runner instead|using the V\w* model runner instead",
+        "pattern": r"using the V\w* model runner instead",
         "reason": "The newer model runner needs a package that is not there; vLLM uses the previous one.",
         "reference": f"{VLLM_SOURCE}/vllm/config/vllm.py (logger.warning, then the V1 model runner)",
     },
