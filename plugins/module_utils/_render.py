@@ -153,6 +153,7 @@ FORMS: dict[str, Form] = {
             ("rollback_invocation_id", "rollback.invocation_id"),
             ("traffic_removed", "traffic.removed"),
             ("traffic_restored", "traffic.restored"),
+            ("repairs", "repairs"),
         ),
         deployment_headline=_restart_deployment_headline,
         no_phase="not started",
@@ -278,6 +279,7 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines.append(f"new configuration: FAIL ({report.get('reason')}) after {report.get('elapsed')} s waiting, {report.get('total_elapsed')} s in all")
     lines.append(cut(report.get("msg"), MSG_LIMIT))
     lines += _failed_step(report)
+    lines += _left_by_a_rollout(report)
     lines += _problems(report)
     lines += _unit(report)
     lines += _phases(report)
@@ -289,6 +291,14 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines += _last_lines(report)
     lines += deploy_lines(report)
     return lines + _reports_line(report, report_dir)
+
+
+def _left_by_a_rollout(report: Report) -> list[str]:
+    """A precheck failed for another reason still says what an interrupted rollout left on the host."""
+    left = (report.get("run_record") or {}).get("left")
+    if not left or report.get("reason") == "interrupted_run":
+        return []
+    return [f"also: {report.get('host')} is {cut(left, MSG_LIMIT)}"]
 
 
 def _reports_line(report: Report, report_dir: str) -> list[str]:
