@@ -119,15 +119,26 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     earlier run's change was never proven), force_restart, inflight, unit_active, deploy_applied,
     new_start_failed, rollback_enabled, rollback_restarted, rollback_passed, out_of_rotation (by this
     run or an earlier one), verified (the in-place check of an unchanged host passed), unproven_in_place
-    (an earlier run's change that never passed is on the host).
+    (an earlier run's change that never passed is on the host), canary_failed (the start passed its gates,
+    but its performance canary failed against the host's baseline, and a failed canary is to fail the
+    host rather than only warn).
+
+    A change whose canary failed is rolled back like a change whose start failed (``rollback_reason``
+    ``performance_regression`` rather than ``start_failed``); a plain restart whose canary failed has
+    nothing to roll back to and still serves (healthy, only slower): the host fails, but is put back
+    into rotation.
     """
     get = observed.get
     restart_needed = not get("change_requested") or bool(get("change_pending")) or bool(get("force_restart"))
     if not restart_needed and get("change_requested") and not get("unit_active"):
         restart_needed = True  # the configuration is in place but nothing runs it
     verify_in_place = not restart_needed and not get("check_mode")
+    regressed = bool(get("canary_failed")) and not get("new_start_failed")
     rollback_wanted = bool(
-        not get("check_mode") and get("deploy_applied") and get("new_start_failed") and (get("rollback_enabled", True) or not get("stopped"))
+        not get("check_mode")
+        and get("deploy_applied")
+        and (get("new_start_failed") or regressed)
+        and (get("rollback_enabled", True) or not get("stopped"))
     )
     rollback_passed = bool(get("rollback_restarted") and get("rollback_passed"))
     # the unit was stopped for this start: by this run, or by the earlier run whose start is waited on
@@ -135,7 +146,7 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     serving = (
         rollback_passed
         or (verify_in_place and bool(get("verified")))
-        or (restart_needed and stopped and not get("new_start_failed"))
+        or (restart_needed and stopped and not get("new_start_failed") and not rollback_wanted)
         or (bool(get("failed")) and not stopped and not get("unproven_in_place"))
     )
     restore_wanted = bool(not get("check_mode") and serving and get("out_of_rotation"))
@@ -146,6 +157,7 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "serving": serving,
         "restore_wanted": restore_wanted,
         "state": _state(observed, restart_needed, rollback_wanted, rollback_passed),
+        "rollback_reason": ("performance_regression" if regressed else "start_failed") if rollback_wanted else None,
     }
 
 
