@@ -135,10 +135,7 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     verify_in_place = not restart_needed and not get("check_mode")
     regressed = bool(get("canary_failed")) and not get("new_start_failed")
     rollback_wanted = bool(
-        not get("check_mode")
-        and get("deploy_applied")
-        and (get("new_start_failed") or regressed)
-        and (get("rollback_enabled", True) or not get("stopped"))
+        not get("check_mode") and get("deploy_applied") and (get("new_start_failed") or regressed) and (get("rollback_enabled", True) or not get("stopped"))
     )
     rollback_passed = bool(get("rollback_restarted") and get("rollback_passed"))
     # the unit was stopped for this start: by this run, or by the earlier run whose start is waited on

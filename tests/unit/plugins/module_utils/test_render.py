@@ -170,6 +170,10 @@ def test_stats_keep_their_documented_keys() -> None:
         "rollback_invocation_id": "",
         "traffic_removed": None,
         "traffic_restored": None,
+        # no performance canary ran
+        "canary_verdict": None,
+        "canary_output_tokens_per_s": None,
+        "canary_baseline_output_tokens_per_s": None,
     }
     checked = stats(precheck_report())
     assert set(checked) == {"verdict", "reason", "unit", "invocation_id", "active_state", "health_status", "fatal", "unrecognized", "allowlisted", "counts"}
