@@ -40,7 +40,7 @@ options:
     type: str
     default: http://127.0.0.1:30000
   api_key:
-    description: Sent as C(Authorization: Bearer) to C(/v1/*) when set. Never logged.
+    description: "Sent as C(Authorization: Bearer <key>) to C(/v1/*) when set. Never logged."
     type: str
   model:
     description: The model to name in the requests; the first one C(/v1/models) lists when omitted.
@@ -233,8 +233,8 @@ def main() -> None:
             "engine": {"type": "str", "choices": ["sglang", "vllm"]},
             "requests": {"type": "int", "default": 16},
             "concurrency": {"type": "int", "default": 4},
-            "prompt_tokens": {"type": "int", "default": 512},
-            "max_tokens": {"type": "int", "default": 128},
+            "prompt_tokens": {"type": "int", "default": 512, "no_log": False},
+            "max_tokens": {"type": "int", "default": 128, "no_log": False},
             "timeout": {"type": "float", "default": 120.0},
             "server_metrics": {"type": "bool", "default": True},
             "thresholds": {"type": "dict", "default": {}},
