@@ -405,6 +405,10 @@ def deploy_lines(report: Report) -> list[str]:
                 "  phases: "
                 + " > ".join(f"{step.get('phase')} {step.get('duration') if step.get('duration') is not None else '...'} s" for step in rollback["timeline"])
             )
+        canary = rollback.get("canary") or {}
+        if canary.get("verdict"):
+            lines.append(f"rollback canary: {str(canary['verdict']).upper()}")
+            lines += [f"  {cut(line, LINE_LIMIT)}" for line in canary.get("lines") or [] if not str(line).startswith("inconclusive: ")]
         if rollback.get("verdict") != "pass":
             lines.append("  " + cut(rollback.get("msg"), MSG_LIMIT))
             lines += [

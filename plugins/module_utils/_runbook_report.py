@@ -276,6 +276,8 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
             "fatal": list(wait.get("fatal") or []),
             "unrecognized": list(wait.get("unrecognized") or []),
             "last_lines": list(wait.get("last_lines") or []),
+            # the rollback start's performance canary (reported, never a failure of the rollback)
+            "canary": {key: _mapping(rollback.get("canary")).get(key) for key in ("verdict", "reason", "lines", "figures", "baseline_runs")},
         },
         "traffic": _traffic(deploy.get("traffic")),
         "repairs": [_text(repair) for repair in deploy.get("repairs") or []],

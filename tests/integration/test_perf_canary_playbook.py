@@ -2,7 +2,7 @@
 simulator, whose decode speed and time to first token a drop-in sets (SIM_TOKENS_PER_SECOND,
 SIM_TTFT_SECONDS). A restart measures the first canary, which becomes the baseline; a deploy that
 makes the server ten times slower passes every health gate, fails its canary, is rolled back as a
-performance_regression, and the previous configuration serves again."""
+performance_regression, and the previous configuration serves again, as fast as before."""
 
 from __future__ import annotations
 
@@ -67,11 +67,15 @@ def test_a_deploy_that_slows_the_server_is_rolled_back_as_a_performance_regressi
         assert "  " + canary["lines"][0] in slow.output
         rollback = data["rollback"]
         assert isinstance(rollback, dict) and rollback["verdict"] == "pass"
+        # the previous configuration measured again: as fast as the baseline
+        assert rollback["canary"]["verdict"] == "pass", rollback["canary"]
+        assert "rollback canary: PASS" in slow.output
         # the previous configuration is back and serves
         assert fleet.ssh(host, f"cat {DROPIN}").stdout == GOOD_DROPIN
         assert fleet.health(host) == "200"
-        # the store: the baseline, then the failed canary (not a baseline)
+        # the store: the baseline, the failed canary (not a baseline), the rollback's
         stored = json.loads(fleet.ssh(host, f"cat {STORE}").stdout)
-        assert [(entry["verdict"], entry["baseline"]) for entry in stored["entries"]] == [("inconclusive", True), ("fail", False)]
+        verdicts = [(entry["verdict"], entry["baseline"]) for entry in stored["entries"]]
+        assert verdicts == [("inconclusive", True), ("fail", False), ("pass", True)]
     finally:
         fleet.ssh(host, f"rm -f {STORE} {STORE}.unusable", check=False)

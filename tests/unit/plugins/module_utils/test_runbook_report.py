@@ -354,3 +354,23 @@ def test_no_canary_section_without_the_canary() -> None:
     report = restart_report(canary={"changed": False, "skipped": True})
     assert report["canary"] == {"enabled": False, "on_fail": "fail", "verdict": None, "reason": None, "lines": []}
     assert not any(line.startswith("performance canary") for line in summary_lines(report))
+
+
+def test_a_change_rolled_back_for_its_canary_shows_both_canaries() -> None:
+    rollback_canary = canary_result(1590)["canary"]
+    deploy = {
+        "state": "rolled_back",
+        "restart_needed": True,
+        "deploy": {"requested": True, "changed": True, "applied": True, "files": []},
+        "rollback": {"enabled": True, "attempted": True, "files_restored": True, "restarted": True, "wait": wait_result(), "canary": rollback_canary},
+        "traffic": {},
+        "repairs": [],
+    }
+    report = restart_report(options=options(canary=True), canary=canary_result(812), deploy=deploy)
+    assert (report["verdict"], report["reason"], report["state"]) == ("fail", "performance_regression", "rolled_back")
+    assert report["rollback"]["verdict"] == "pass" and report["rollback"]["canary"]["verdict"] == "pass"
+    lines = summary_lines(report)
+    assert lines[0].startswith(f"{HOST} {UNIT}: FAIL (performance_regression): rolled back, serving the previous configuration again")
+    assert lines[1].startswith("new configuration: FAIL (performance_regression)")
+    assert "  decode 812 tok/s (baseline 1,604, -49%: FAIL)" in lines
+    assert lines[lines.index("rollback canary: PASS") + 1] == "  decode 1,590 tok/s (baseline 1,604, -1%: ok)"
