@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _canary
 from tests.unit.harness.test_simulator import SimProcess, free_port
+from tests.unit.plugins.conftest import SIM_KEY
 
 HOST, HARDWARE, MODEL = "gpu-a0", "8x NVIDIA H200", "/models/DeepSeek-R1"
 
@@ -189,7 +189,7 @@ def test_the_store_round_trips_bounded_and_atomic(tmp_path: Path) -> None:
     kept, problem = _canary.read_store(path, "sglang.service")
     assert problem is None and len(kept) == _canary.STORE_LIMIT
     assert kept[-1]["figures"]["output_tokens_per_s"] == 1000 + _canary.STORE_LIMIT + 4
-    assert [name for name in os.listdir(tmp_path)] == ["sglang.service.canary.json"]  # no staging file left
+    assert os.listdir(tmp_path) == ["sglang.service.canary.json"]  # no staging file left
 
 
 @pytest.mark.parametrize(
@@ -269,29 +269,6 @@ def test_histogram_quantile_interpolates_like_prometheus() -> None:
 
 # --------------------------------------------------------------------------------------------------
 # The load, against the simulator over real HTTP
-
-SIM_KEY = "sk-canary-test"
-
-
-def started(**env: str) -> SimProcess:
-    sim = SimProcess(SIM_API_KEY=SIM_KEY, SIM_TP="1", **env)
-    assert sim.wait_status("/health_generate", 200, timeout=30) == 200
-    return sim
-
-
-@pytest.fixture(scope="module")
-def fast_sim() -> Iterator[SimProcess]:
-    sim = started(SIM_TOKENS_PER_SECOND="400", SIM_TTFT_SECONDS="0.05")
-    yield sim
-    sim.close()
-
-
-@pytest.fixture(scope="module")
-def slow_sim() -> Iterator[SimProcess]:
-    sim = started(SIM_ENGINE="vllm", SIM_TOKENS_PER_SECOND="50", SIM_TTFT_SECONDS="0.1", SIM_MAX_RUNNING="2")
-    yield sim
-    sim.close()
-
 
 SPEC = _canary.LoadSpec(requests=8, concurrency=4, prompt_tokens=32, max_tokens=24, timeout=20)
 

@@ -12,7 +12,7 @@ import typing as t
 from pathlib import Path
 
 from tests.unit.harness.test_simulator import SimProcess
-from tests.unit.plugins.module_utils.test_canary import SIM_KEY, fast_sim, slow_sim  # noqa: F401 (fixtures)
+from tests.unit.plugins.conftest import SIM_KEY
 
 REPO = Path(__file__).resolve().parents[4]
 MODULE = REPO / "plugins" / "modules" / "perf_canary.py"
@@ -46,7 +46,7 @@ def canary_args(sim: SimProcess, state_dir: Path, **extra: t.Any) -> dict[str, t
     }
 
 
-def test_a_baseline_then_a_pass_then_a_slower_server_fails(fast_sim: SimProcess, slow_sim: SimProcess, tmp_path: Path) -> None:  # noqa: F811
+def test_a_baseline_then_a_pass_then_a_slower_server_fails(fast_sim: SimProcess, slow_sim: SimProcess, tmp_path: Path) -> None:
     first = run_module(canary_args(fast_sim, tmp_path, run_id="run-1"), tmp_path)
     assert first["canary"]["verdict"] == "inconclusive" and first["changed"] is True, first
     assert first["canary"]["becomes_baseline"] is True
@@ -64,13 +64,13 @@ def test_a_baseline_then_a_pass_then_a_slower_server_fails(fast_sim: SimProcess,
     assert stored["entries"][0]["run_id"] == "run-1" and "samples" not in stored["entries"][0]
 
 
-def test_check_mode_sends_nothing_and_writes_nothing(fast_sim: SimProcess, tmp_path: Path) -> None:  # noqa: F811
+def test_check_mode_sends_nothing_and_writes_nothing(fast_sim: SimProcess, tmp_path: Path) -> None:
     result = run_module(canary_args(fast_sim, tmp_path), tmp_path, check_mode=True)
     assert result["canary"]["verdict"] == "skipped" and result["changed"] is False
     assert not (tmp_path / "sglang.service.canary.json").exists()
 
 
-def test_a_corrupt_store_is_reported_and_set_aside(fast_sim: SimProcess, tmp_path: Path) -> None:  # noqa: F811
+def test_a_corrupt_store_is_reported_and_set_aside(fast_sim: SimProcess, tmp_path: Path) -> None:
     (tmp_path / "sglang.service.canary.json").write_text("{oops")
     result = run_module(canary_args(fast_sim, tmp_path), tmp_path)
     assert "is ignored: not JSON" in result["problem"]
