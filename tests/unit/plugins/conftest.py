@@ -14,7 +14,11 @@ SIM_KEY = "sk-canary-test"
 def started(**env: str) -> SimProcess:
     """A simulator with one rank and an API key, once it generates."""
     sim = SimProcess(SIM_API_KEY=SIM_KEY, SIM_TP="1", **env)
-    assert sim.wait_status("/health_generate", 200, timeout=30) == 200
+    try:
+        assert sim.wait_status("/health_generate", 200, timeout=30) == 200
+    except BaseException:
+        sim.close()  # never left running when it does not come up
+        raise
     return sim
 
 
