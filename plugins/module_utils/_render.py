@@ -134,6 +134,7 @@ FORMS: dict[str, Form] = {
             ("rollback_verdict", "rollback.verdict"),
             ("rollback_reason", "rollback.reason"),
             ("rollback_invocation_id", "rollback.invocation_id"),
+            ("canary_verdict", "canary.verdict"),
         ),
         stats=(
             ("verdict", "verdict"),
@@ -154,6 +155,9 @@ FORMS: dict[str, Form] = {
             ("traffic_removed", "traffic.removed"),
             ("traffic_restored", "traffic.restored"),
             ("repairs", "repairs"),
+            ("canary_verdict", "canary.verdict"),
+            ("canary_output_tokens_per_s", "canary.figures.output_tokens_per_s"),
+            ("canary_baseline_output_tokens_per_s", "canary.baseline.throughput"),
         ),
         deployment_headline=_restart_deployment_headline,
         no_phase="not started",
@@ -289,6 +293,7 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines += evidence_lines(report)
         lines += _smoke(report)
         lines += _last_lines(report)
+    lines += canary_lines(report)
     lines += deploy_lines(report)
     return lines + _reports_line(report, report_dir)
 
@@ -410,6 +415,10 @@ def deploy_lines(report: Report) -> list[str]:
                 "  phases: "
                 + " > ".join(f"{step.get('phase')} {step.get('duration') if step.get('duration') is not None else '...'} s" for step in rollback["timeline"])
             )
+        canary = rollback.get("canary") or {}
+        if canary.get("verdict"):
+            lines.append(f"rollback canary: {str(canary['verdict']).upper()}")
+            lines += [f"  {cut(line, LINE_LIMIT)}" for line in canary.get("lines") or [] if not str(line).startswith("inconclusive: ")]
         if rollback.get("verdict") != "pass":
             lines.append("  " + cut(rollback.get("msg"), MSG_LIMIT))
             lines += [
@@ -558,6 +567,24 @@ def _smoke(report: Report) -> list[str]:
     answer = "not run" if smoke.get("status") is None else f"HTTP {smoke['status']}"
     generated = f", generated {json.dumps(smoke['text'])}" if smoke.get("text") is not None else ""
     return [f"smoke test: {answer}{generated}"]
+
+
+def canary_lines(report: Report) -> list[str]:
+    """``performance canary: FAIL (...)`` and a line per figure beside its baseline."""
+    canary = report.get("canary")
+    if not isinstance(canary, t.Mapping) or not canary.get("enabled") or not canary.get("verdict"):
+        return []
+    verdict = str(canary["verdict"])
+    runs = canary.get("baseline_runs")
+    against = f", against the median of {runs} baseline canar{'y' if runs == 1 else 'ies'}" if runs else ""
+    warn = " (warning only: sglang_restart_canary_on_fail is warn)" if verdict == "fail" and canary.get("on_fail") == "warn" else ""
+    head = f"performance canary: {verdict.upper()}{against}{warn}"
+    if verdict != "pass" and canary.get("reason"):
+        head += f" - {cut(canary['reason'], MSG_LIMIT)}"
+    lines = [head, *(f"  {cut(line, LINE_LIMIT)}" for line in canary.get("lines") or [] if not str(line).startswith("inconclusive: "))]
+    if canary.get("problem"):
+        lines.append(f"  {cut(canary['problem'], MSG_LIMIT)}")
+    return lines
 
 
 def _last_lines(report: Report) -> list[str]:

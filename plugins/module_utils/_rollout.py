@@ -122,7 +122,14 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     (an earlier run's change that never passed is on the host), rollback_unfinished (an earlier run's
     rollback was cut short: its files are put back and the unit restarted), traffic_managed (a router or
     drain hooks are configured), repairs_pending (an earlier run left something to repair),
-    restore_failed (putting the host back into rotation failed).
+    restore_failed (putting the host back into rotation failed), canary_failed (the start passed its
+    gates, but its performance canary failed against the host's baseline, and a failed canary is to fail
+    the host rather than only warn).
+
+    A change whose canary failed is rolled back like a change whose start failed (``rollback_reason``
+    ``performance_regression`` rather than ``start_failed``); a plain restart whose canary failed has
+    nothing to roll back to and still serves (healthy, only slower): the host fails, but is put back
+    into rotation.
     """
     get = observed.get
     force = bool(get("force_restart") or get("rollback_unfinished"))
@@ -130,8 +137,9 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     if not restart_needed and get("change_requested") and not get("unit_active"):
         restart_needed = True  # the configuration is in place but nothing runs it
     verify_in_place = not restart_needed and not get("check_mode")
+    regressed = bool(get("canary_failed")) and not get("new_start_failed")
     rollback_wanted = bool(
-        not get("check_mode") and get("deploy_applied") and get("new_start_failed") and (get("rollback_enabled", True) or not get("stopped"))
+        not get("check_mode") and get("deploy_applied") and (get("new_start_failed") or regressed) and (get("rollback_enabled", True) or not get("stopped"))
     )
     rollback_passed = bool(get("rollback_restarted") and get("rollback_passed"))
     # the unit was stopped for this start: by this run, or by the earlier run whose start is waited on
@@ -139,7 +147,7 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     serving = (
         rollback_passed
         or (verify_in_place and bool(get("verified")))
-        or (restart_needed and stopped and not get("new_start_failed"))
+        or (restart_needed and stopped and not get("new_start_failed") and not rollback_wanted)
         or (bool(get("failed")) and not stopped and not get("unproven_in_place"))
     )
     restore_wanted = bool(not get("check_mode") and serving and get("out_of_rotation"))
@@ -151,6 +159,7 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "serving": serving,
         "restore_wanted": restore_wanted,
         "state": state,
+        "rollback_reason": ("performance_regression" if regressed else "start_failed") if rollback_wanted else None,
         "record_wanted": record_wanted(observed),
         "settled_step": settled_step(observed, serving, restore_wanted, state),
     }

@@ -172,6 +172,10 @@ def test_stats_keep_their_documented_keys() -> None:
         "traffic_removed": None,
         "traffic_restored": None,
         "repairs": [],
+        # no performance canary ran
+        "canary_verdict": None,
+        "canary_output_tokens_per_s": None,
+        "canary_baseline_output_tokens_per_s": None,
     }
     repaired = {**crashed_restart(), "repairs": ["out of rotation since run r1 stopped at step drain: put back once the host serves"]}
     assert stats(repaired)["repairs"] == repaired["repairs"]

@@ -184,6 +184,29 @@ def test_a_failure_before_the_stop_serves_the_old_start_unless_it_runs_an_unprov
     assert not _rollout.decide({**before_stop, "unproven_in_place": True})["restore_wanted"]
 
 
+def test_a_change_whose_canary_failed_is_rolled_back_as_a_performance_regression() -> None:
+    slow = {"change_requested": True, "change_pending": True, "deploy_applied": True, "stopped": True, "out_of_rotation": True}
+    slow = {**slow, "new_start_failed": False, "canary_failed": True}
+    decision = _rollout.decide(slow)
+    assert decision["rollback_wanted"] and decision["rollback_reason"] == "performance_regression"
+    # healthy but slower: not back into rotation until the previous configuration passed again
+    assert not decision["serving"] and not decision["restore_wanted"] and decision["state"] == "rollback_failed"
+    rolled_back = _rollout.decide({**slow, "rollback_restarted": True, "rollback_passed": True})
+    assert rolled_back["serving"] and rolled_back["restore_wanted"] and rolled_back["state"] == "rolled_back"
+    # a start that failed its gates is a failed start, whatever its canary said
+    assert _rollout.decide({**slow, "new_start_failed": True})["rollback_reason"] == "start_failed"
+    assert _rollout.decide({**slow, "canary_failed": False})["rollback_reason"] is None
+    # told not to roll back: the slower change stays and serves (the host still fails, in the report)
+    kept = _rollout.decide({**slow, "rollback_enabled": False})
+    assert not kept["rollback_wanted"] and kept["serving"] and kept["restore_wanted"] and kept["state"] == "new_configuration"
+
+
+def test_a_plain_restart_whose_canary_failed_has_nothing_to_roll_back_and_still_serves() -> None:
+    decision = _rollout.decide({"stopped": True, "new_start_failed": False, "canary_failed": True, "out_of_rotation": True})
+    assert not decision["rollback_wanted"] and decision["rollback_reason"] is None
+    assert decision["serving"] and decision["restore_wanted"] and decision["state"] == "restarted"
+
+
 def test_check_mode_decides_nothing() -> None:
     decision = _rollout.decide({"check_mode": True, "change_requested": True, "change_pending": True, "out_of_rotation": True})
     assert decision["state"] == "check_mode" and not decision["restore_wanted"] and not decision["rollback_wanted"]
