@@ -320,6 +320,24 @@ def word_search_source(words: t.Iterable[str]) -> tuple[str, dict[str, frozenset
     return "|".join(branches), {anchor: frozenset(group) for anchor, group in groups.items()}
 
 
+# Bytes that make the classifier look at a line whatever words it holds (a control byte, a carriage
+# return, anything not ASCII: see _classifier._SPECIAL_BYTES), in PCRE2's syntax for a UTF-8 subject.
+GREP_SPECIAL = r"[\x00-\x08\x0b-\x1f\x7f]|[^\x00-\x7f]"
+
+
+def grep_pattern_source(word_search: str) -> str | None:
+    """``journalctl --grep``'s pattern for the lines the classifier must read: the words of the
+    rules, the level words and the structure words (``word_search_source``'s search, which PCRE2
+    reads as Python does: escaped punctuation, fixed-length look-arounds), or a special byte.
+
+    Lower case, so journalctl matches it without regard to case as the classifier lower-cases a
+    line before its word search; None when the search holds an upper-case letter (it would make
+    journalctl match case by case)."""
+    if any(character.isupper() for character in word_search):
+        return None
+    return f"{word_search}|{GREP_SPECIAL}"
+
+
 # -- validation -----------------------------------------------------------------------------------
 
 
@@ -404,8 +422,11 @@ class RuleSet:
         # where a line can hold nothing but information unless one of these is found in it; None
         # when some rule can match a line without any word (then every line is looked at)
         self.line_search: t.Pattern[bytes] | None = None
+        # the same search for journalctl --grep (PCRE2), None when it cannot stand for the line search
+        self.grep_pattern: str | None = None
         if all(rule.literals is not None or rule.needs_level for rule in rules):
             self.line_search = re.compile(source.encode("latin-1"))
+            self.grep_pattern = grep_pattern_source(source)
         # a character the search stops at -> the words looked for from it, each with its rules
         self._words_at: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         for anchor, group in groups.items():
