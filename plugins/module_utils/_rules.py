@@ -426,7 +426,10 @@ class RuleSet:
         self.grep_pattern: str | None = None
         if all(rule.literals is not None or rule.needs_level for rule in rules):
             self.line_search = re.compile(source.encode("latin-1"))
-            self.grep_pattern = grep_pattern_source(source)
+            # a line whose only words are those of rules of class info (an HTTP access line) is
+            # information whichever of them matches: journalctl need not hand it over
+            grep_words = {word for rule in rules if rule.rule_class != "info" for word in rule.literals or ()}
+            self.grep_pattern = grep_pattern_source(word_search_source(grep_words | set(LEVEL_WORDS) | set(STRUCTURE_WORDS))[0])
         # a character the search stops at -> the words looked for from it, each with its rules
         self._words_at: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         for anchor, group in groups.items():
