@@ -72,7 +72,7 @@ options:
     default: 0
   journal_grep:
     description:
-      - Read the journal from O(cursor) (or the invocation's start) with C(journalctl --grep): journalctl
+      - Read the journal from O(cursor) (or the invocation's start) with C(journalctl --grep); journalctl
         itself leaves out the records that hold nothing the rules look for (no rule's word, no level word,
         no traceback header, no control or non-ASCII byte), and they are only counted. A record read that opens a
         traceback has the records after it read whole until the traceback ends. The report is the one a full
@@ -85,7 +85,7 @@ options:
   journal_state:
     description:
       - Keep what was judged of the invocation's journal (the cursor and the classifier's state) in
-        O(state_dir), and take it up at the next call for the same invocation without O(cursor): only
+        O(state_dir), and take it up at the next call for the same invocation without O(cursor), so that only
         the records after it are read (RV(journal.reading.resumed_at)). Another invocation starts over;
         a state file that cannot be used is reported (a warning and RV(journal.reading.state_problem)) and ignored.
     type: bool
