@@ -40,7 +40,8 @@ def _utf8(data: bytes) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    records = json.load(open(argv[0]))
+    with open(argv[0]) as handle:
+        records = json.load(handle)
     for index, record in enumerate(records):
         record.setdefault("__CURSOR", f"s=fake;i={index + 1:x}")
         record.setdefault("__REALTIME_TIMESTAMP", str(1_700_000_000_000_000 + index))
@@ -52,8 +53,6 @@ def main(argv: list[str]) -> int:
             name, _sep, value = arg.partition("=")
             options[name] = value
     cursors = [record["__CURSOR"] for record in records]
-    if "--grep" in options and "--output-fields" not in options:
-        pass
     selected = list(range(len(records)))
     reverse = "--reverse" in options
     if "--cursor" in options or "--after-cursor" in options:
@@ -75,7 +74,7 @@ def main(argv: list[str]) -> int:
     elif reverse:
         selected = selected[::-1]
     if "--grep" in options:
-        pattern = options["--grep"]
+        pattern = options["--grep"].replace("(*PRUNE)", "")  # a PCRE2 verb that changes no match
         flags = re.IGNORECASE if options.get("--case-sensitive") == "false" or pattern == pattern.lower() else 0
         regex = re.compile(pattern, flags)
 

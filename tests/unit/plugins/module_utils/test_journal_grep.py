@@ -23,7 +23,8 @@ SHARED_LOGS = Path("/work/shared/corpus/logs")
 
 TRICKY = [
     "[2025-03-08 12:29:04] server_args=ServerArgs(model_path='/models/demo', tp_size=8)",
-    "\rLoading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]\rLoading safetensors checkpoint shards: 100% Completed | 4/4 [00:03<00:00,  1.2it/s]",
+    "\rLoading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]"
+    "\rLoading safetensors checkpoint shards: 100% Completed | 4/4 [00:03<00:00,  1.2it/s]",
     "[2025-03-08 12:29:12 TP0] Decode batch. #running-req: 1, #token: 12, token usage: 0.00, gen throughput (token/s): 4.1, #queue-req: 0",
     "[2025-03-08 12:29:13 TP0] Scheduler hit an exception: Traceback (most recent call last):",
     '  File "/x/scheduler.py", line 1, in run',
@@ -76,7 +77,8 @@ def full_report(data: Path, engine: str) -> dict[str, Any]:
 def grep_read(scanner: Scanner, data: Path, cursor: str | None = None, tail_lines: int = 0) -> GrepRead:
     pattern = scanner.rules.grep_pattern
     assert pattern is not None
-    grep = GrepRead(scanner, lambda record: scanner.feed_records((record,)), "sglang", INVOCATION, pattern, cursor, tail_lines, popen=popen_over(data))
+    feed = lambda record: scanner.feed_records((record,))  # noqa: E731
+    grep = GrepRead(scanner, feed, "sglang", INVOCATION, pattern, cursor, tail_lines, popen=popen_over(data), libsystemd=False)
     grep.read()
     return grep
 
@@ -149,14 +151,15 @@ def test_a_corrupt_or_foreign_state_is_reported_and_not_taken_up(tmp_path: Path)
 
 def test_a_journalctl_that_cannot_search_is_told_from_no_match(tmp_path: Path) -> None:
     script = tmp_path / "journalctl"
-    script.write_text("#!/bin/sh\ncase \"$*\" in *--grep*) echo 'Compiled without pattern matching support' >&2; exit 1;; esac\n" f'exec {sys.executable} {FAKE} {tmp_path / "j.json"} "$@"\n')
+    refuse = "case \"$*\" in *--grep*) echo 'Compiled without pattern matching support' >&2; exit 1;; esac"
+    script.write_text(f'#!/bin/sh\n{refuse}\nexec {sys.executable} {FAKE} {tmp_path / "j.json"} "$@"\n')
     script.chmod(0o755)
     write_journal(tmp_path / "j.json", TRICKY)
     scanner = Scanner(load_rules("sglang"))
     pattern = scanner.rules.grep_pattern
     assert pattern is not None
     with pytest.raises(GrepUnavailable, match="pattern matching"):
-        GrepRead(scanner, lambda record: scanner.feed_records((record,)), "sglang", INVOCATION, pattern, journalctl=str(script)).read()
+        GrepRead(scanner, lambda record: scanner.feed_records((record,)), "sglang", INVOCATION, pattern, journalctl=str(script), libsystemd=False).read()
     # no match at all (rc 1, nothing on stderr) is a read of only counted lines
     write_journal(tmp_path / "plain.json", ["plain", "words"])
     quiet = Scanner(load_rules("sglang"))
