@@ -25,7 +25,7 @@ LOG_MARKER = "# ---- verbatim log below ----\n"
 SERVING = re.compile(r"Decode batch|Prefill batch|HTTP/1\.1\" 200|Avg prompt throughput")
 BENIGN_EVERY = 50_000
 
-GENERATOR = r'''
+GENERATOR = r"""
 import random, re, sys
 START, SERVING, BENIGN = {start!r}, {serving!r}, {benign!r}
 lines = int(sys.argv[sys.argv.index("--lines") + 1])
@@ -54,7 +54,7 @@ if batch:
     write("\n".join(batch) + "\n")
 write("[2025-03-15 12:29:33] INFO:     127.0.0.1:49540 - \"GET /health_generate HTTP/1.1\" 200 OK\n")
 out.flush()
-'''
+"""
 
 
 def templates() -> tuple[list[str], list[str], list[str]]:

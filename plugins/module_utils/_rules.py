@@ -393,9 +393,10 @@ def grep_pattern_source(word_search: str) -> str | None:
     rules, the level words and the structure words (``word_search_source``'s search, which PCRE2
     reads as Python does: escaped punctuation, fixed-length look-arounds), or a special byte.
 
-    PCRE2 only (``(*PRUNE)``: without it, Python's re reads it alike). Lower case, so journalctl matches it without regard to case as the classifier lower-cases a
-    line before its word search; None when the search holds an upper-case letter (it would make
-    journalctl match case by case)."""
+    PCRE2 only (``(*PRUNE)``; without it, Python's re reads it alike). Lower case but for that verb:
+    journalctl is told to match without regard to case (``--case-sensitive=false``), as the
+    classifier lower-cases a line before its word search; None when a word holds an upper-case
+    letter."""
     if any(character.isupper() for character in word_search.replace(PRUNE, "")):
         return None
     return f"{word_search}|{GREP_SPECIAL}"
