@@ -360,13 +360,14 @@ def catch_up(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) 
             follower.count += grep.count
             follower.realtime = grep.realtime or follower.realtime
             if watch.tail_lines > 0:
-                watch.tail = deque(grep.tail, maxlen=watch.tail.maxlen)
+                watch.tail = deque((watch.scanner.redact(text) for text in grep.tail), maxlen=watch.tail.maxlen)
             return
     before_count = follower.count
     watch.feed(follower.catch_up())
     reading["records_read"] = follower.count - before_count
     if reading.get("resumed_at") is not None and watch.tail_lines > 0:
-        watch.tail = deque(last_lines(follower, watch.tail_lines) or watch.tail, maxlen=watch.tail.maxlen)
+        lines = [watch.scanner.redact(text) for text in last_lines(follower, watch.tail_lines)]
+        watch.tail = deque(lines or watch.tail, maxlen=watch.tail.maxlen)
 
 
 def last_lines(follower: JournalFollower, count: int) -> list[str]:
