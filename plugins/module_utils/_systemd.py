@@ -544,7 +544,7 @@ class _SdJournalNumbering:
         self._step = 64
         ids = {cursor_fields(end).get("s")}
         try:
-            for match in (f"_SYSTEMD_UNIT={unit_name(unit)}", f"_SYSTEMD_INVOCATION_ID={invocation_id}"):
+            for match in (f"_SYSTEMD_INVOCATION_ID={invocation_id}",):
                 data = match.encode()
                 if lib.sd_journal_add_match(self._j, data, len(data)) < 0:
                     raise GrepUnavailable("libsystemd refused a journal match")
@@ -674,6 +674,9 @@ class GrepRead:
         self.libsystemd = libsystemd
         self.counted_by: str | None = None
         self.base = journal_command(unit, invocation_id, None, None, journalctl)
+        # the invocation alone names the same records (an invocation id is one unit's), and one match
+        # costs journalctl and libsystemd less per record than two
+        self.searched = [item for item in self.base if not item.startswith("_SYSTEMD_UNIT=")]
         self.pattern = pattern
         self.start = cursor
         self.cursor = cursor
@@ -703,7 +706,7 @@ class GrepRead:
                 self.counted_by = "libsystemd"
             except GrepUnavailable:
                 numbering = None
-        grep = self._popen(self._from_start(grep_command(self.base, self.pattern)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        grep = self._popen(self._from_start(grep_command(self.searched, self.pattern)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             shift = 0
             if numbering is None:
