@@ -78,7 +78,7 @@ options:
         traceback has the records after it read whole until the traceback ends. The report is the one a full
         read gives.
       - Where journalctl cannot search (built without PCRE2) or the search fails, the records are read
-        the usual way (RV(journal.reading.fallback) says why).
+        the usual way (C(fallback) in RV(journal.reading) says why).
       - Only the first read of the call is concerned; what O(watch) follows is read whole.
     type: bool
     default: false
@@ -86,8 +86,8 @@ options:
     description:
       - Keep what was judged of the invocation's journal (the cursor and the classifier's state) in
         O(state_dir), and take it up at the next call for the same invocation without O(cursor), so that only
-        the records after it are read (RV(journal.reading.resumed_at)). Another invocation starts over;
-        a state file that cannot be used is reported (a warning and RV(journal.reading.state_problem)) and ignored.
+        the records after it are read (C(resumed_at) in RV(journal.reading)). Another invocation starts over;
+        a state file that cannot be used is reported (a warning, and C(state_problem) in RV(journal.reading)) and ignored.
     type: bool
     default: false
   state_dir:
