@@ -787,7 +787,7 @@ class Scanner:
                     events[name][(event.rule.id if event.rule else None, event.key)] = event
             counts = {name: int(state["counts"][name]) for name in CLASSES}
             pending = state.get("pending_bar")
-            bar = None if pending is None else (str(pending[0]).encode("latin-1"), int(pending[1]), pending[2], by_id[pending[3]])
+            pending_bar = None if pending is None else (str(pending[0]).encode("latin-1"), int(pending[1]), pending[2], by_id[pending[3]])
             phase = str(state["phase"])
             if phase not in PHASES:
                 raise ValueError(f"unknown phase {phase!r}")
@@ -797,7 +797,7 @@ class Scanner:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, UnicodeEncodeError) as exc:
             raise ValueError(f"the saved state cannot be taken up: {exc}") from None
         self.line_number, self.dropped_events, self.blob_lines = values
-        self.counts, self.events, self._pending_bar = counts, events, bar
+        self.counts, self.events, self._pending_bar = counts, events, pending_bar
         self.ready_line, self.phase, self.phases, self.progress = ready_line, phase, phases, progress
         self._traceback, self._tail = None, b""
 
