@@ -53,9 +53,11 @@ integration-dev: setup
 molecule: setup
 	$(BIN)/molecule test --all
 
-# this collection side by side with the usual playbook and the probe style (~40 min; docs/benchmarks.md)
+# this collection side by side with the usual playbook and the probe style (~40 min), then the precheck's
+# read of a 5,000,000-entry journal, first and second run, with and without --grep (~15 min; docs/benchmarks.md)
 bench: setup
 	$(PYTHON) bench/side_by_side.py
+	$(PYTHON) bench/precheck_journal.py
 
 demo: setup
 	$(PYTHON) -m tests.harness.demo

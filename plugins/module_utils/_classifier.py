@@ -14,6 +14,8 @@ matter (errors, warnings, milestones, tracebacks), goes through the full parse a
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import re
 import typing as t
 
@@ -728,6 +730,77 @@ class Scanner:
             found = self._traceback_rules[asked] = (event_class, rule)
         return found
 
+    # -- lines not read, and what was judged so far -------------------------------------------------
+
+    def skip_plain(self, count: int) -> None:
+        """Count ``count`` lines that were not read because they hold nothing any rule, level or
+        traceback needs (``journalctl --grep`` left them out): ordinary information, as the full
+        read would have found them. Only between lines, with no traceback open."""
+        if count <= 0:
+            return
+        if self._traceback is not None or self._tail:
+            raise ValueError("lines can be skipped only between lines, with no traceback open")
+        self.counts["info"] += count
+        self.line_number += count
+
+    def fingerprint(self) -> str:
+        """What a saved state was judged with: the rules (in order, as compiled), strict mode and the
+        secrets (hashed together): a state judged otherwise is not taken up again."""
+        rules = [[rule.id, rule.rule_class, rule.pattern, rule.levels, rule.phase, rule.progress_bar, rule.reason] for rule in self.rules.rules]
+        text = json.dumps([STATE_VERSION, rules, self.strict, self._secrets], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def state(self) -> dict[str, t.Any] | None:
+        """What was judged so far, as JSON-able data that ``restore`` takes up again (the caches
+        are left out: they only make reading faster); None while a traceback is open (it is read
+        whole next time) or a partial line is pending."""
+        if self._traceback is not None or self._tail:
+            return None
+        pending = None
+        if self._pending_bar is not None:
+            raw, number, pid, rule = self._pending_bar
+            pending = [raw.decode("latin-1"), number, pid, rule.id]
+        return {
+            "fingerprint": self.fingerprint(),
+            "line_number": self.line_number,
+            "counts": dict(self.counts),
+            "events": {name: [_event_state(event) for event in bucket.values()] for name, bucket in self.events.items()},
+            "dropped_events": self.dropped_events,
+            "ready_line": self.ready_line,
+            "phase": self.phase,
+            "phases": self.phases,
+            "progress": self.progress,
+            "blob_lines": self.blob_lines,
+            "pending_bar": pending,
+        }
+
+    def restore(self, state: t.Mapping[str, t.Any]) -> None:
+        """Take up a ``state`` of the same rules; raises ValueError (nothing changed) when it cannot."""
+        try:
+            if state.get("fingerprint") != self.fingerprint():
+                raise ValueError("it was judged with other rules, strict mode or secrets")
+            by_id = {rule.id: rule for rule in self.rules.rules}
+            events: dict[str, dict[tuple[str | None, str], Event]] = {name: {} for name in EVENT_CLASSES}
+            for name, saved in state["events"].items():
+                for item in saved:
+                    event = _event_from_state(name, item, by_id)
+                    events[name][(event.rule.id if event.rule else None, event.key)] = event
+            counts = {name: int(state["counts"][name]) for name in CLASSES}
+            pending = state.get("pending_bar")
+            pending_bar = None if pending is None else (str(pending[0]).encode("latin-1"), int(pending[1]), pending[2], by_id[pending[3]])
+            phase = str(state["phase"])
+            if phase not in PHASES:
+                raise ValueError(f"unknown phase {phase!r}")
+            values = (int(state["line_number"]), int(state["dropped_events"]), int(state["blob_lines"]))
+            ready_line = None if state.get("ready_line") is None else int(state["ready_line"])
+            phases, progress = list(state["phases"]), state.get("progress")
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, UnicodeEncodeError) as exc:
+            raise ValueError(f"the saved state cannot be taken up: {exc}") from None
+        self.line_number, self.dropped_events, self.blob_lines = values
+        self.counts, self.events, self._pending_bar = counts, events, pending_bar
+        self.ready_line, self.phase, self.phases, self.progress = ready_line, phase, phases, progress
+        self._traceback, self._tail = None, b""
+
     # -- report ------------------------------------------------------------------------------
 
     def finish(self) -> dict[str, t.Any]:
@@ -757,6 +830,27 @@ class Scanner:
             report[event_class] = _sorted_events(bucket)
         report["verdict"], report["reason"] = verdict_of(report)
         return report
+
+
+STATE_VERSION = 1
+_EVENT_FIELDS = ("count", "first_line", "last_line", "first_timestamp", "last_timestamp", "level", "context", "traceback")
+
+
+def _event_state(event: Event) -> dict[str, t.Any]:
+    state = {name: getattr(event, name) for name in _EVENT_FIELDS}
+    state.update(rule=event.rule.id if event.rule else None, key=event.key, message=event.message, ranks=sorted(event.ranks))
+    return state
+
+
+def _event_from_state(event_class: str, state: t.Mapping[str, t.Any], rules: t.Mapping[str, Rule]) -> Event:
+    if event_class not in EVENT_CLASSES:
+        raise ValueError(f"unknown event class {event_class!r}")
+    rule = None if state["rule"] is None else rules[state["rule"]]
+    event = Event(event_class, rule, ParsedLine(int(state["first_line"]), ""), str(state["key"]), str(state["message"]))
+    for name in _EVENT_FIELDS:
+        setattr(event, name, state[name])
+    event.ranks = {str(rank) for rank in state["ranks"]}
+    return event
 
 
 def _sorted_events(bucket: dict[tuple[str | None, str], Event]) -> list[dict[str, t.Any]]:
@@ -812,8 +906,6 @@ def _feed_text(scanner: Scanner, text: str | bytes) -> None:
 
 
 def _json_records(text: str) -> t.Iterator[t.Mapping[str, t.Any]]:
-    import json
-
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

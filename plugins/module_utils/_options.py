@@ -220,6 +220,9 @@ ROLE_ONLY_OPTIONS: Spec = {
     "smoke_model": {"type": "str", "default": ""},
     "smoke_timeout": {"type": "int", "default": 60},
     "report_dir": {"type": "str", "default": ""},
+    # how the precheck reads the journal (service_probe's journal_grep and journal_state)
+    "journal_grep": {"type": "bool", "default": True},
+    "incremental": {"type": "bool", "default": True},
     "allow_remote_health": {"type": "bool", "default": False},
     "allow_remote_smoke": {"type": "bool", "default": False},
     # deploying a change, rolling it back, draining traffic (module_utils/_deploy checks the values)
@@ -277,7 +280,7 @@ ROLE_SPECS: dict[str, Spec] = {
         *DEPLOY_OPTIONS,
         *CANARY_OPTIONS,
     ),
-    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health", "redact"),
+    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health", "redact", "journal_grep", "incremental"),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.

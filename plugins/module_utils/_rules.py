@@ -322,6 +322,88 @@ def word_search_source(words: t.Iterable[str]) -> tuple[str, dict[str, frozenset
     return "|".join(branches), {anchor: frozenset(group) for anchor, group in groups.items()}
 
 
+# How common each character is in a busy server's serving lines, lower-cased (percent; measured on
+# the corpus's decode-batch, prefill-batch, HTTP access and engine-stats lines as bench/week_journal.py
+# cycles them). journalctl --grep's search (PCRE2, interpreted) begins a match attempt at every
+# character that can begin one of the pattern's branches: the grep pattern looks for each word from
+# characters rare in such lines, so that a serving line costs few attempts.
+_SERVING_PERCENT = {
+    " ": 13.223, "e": 7.45, "0": 6.277, ":": 5.418, "n": 4.399, "t": 4.382, "1": 3.978, "-": 3.697, "2": 3.623, ",": 2.793,
+    "o": 2.564, "r": 2.492, ".": 2.439, "u": 2.421, "h": 2.226, "3": 2.202, "#": 2.199, "a": 2.103, "c": 1.978, "q": 1.888,
+    "k": 1.764, "g": 1.756, "5": 1.748, "i": 1.571, "p": 1.482, "s": 1.331, "6": 1.297, "9": 1.211, "l": 0.941, "7": 0.915,
+    "8": 0.877, "]": 0.851, "[": 0.851, "4": 0.796, "d": 0.781, "w": 0.727, "/": 0.674, "f": 0.621, "b": 0.497, '"': 0.479,
+    "%": 0.248, "m": 0.222, "(": 0.142, ")": 0.142, "y": 0.107, "v": 0.098, "_": 0.063, "=": 0.018, "x": 0.018, "?": 0.009,
+    "&": 0.009,
+}  # fmt: skip
+_SERVING_RARE = 0.001
+
+
+def grep_search_source(words: t.Iterable[str], first: str = "common") -> str:
+    """One regular expression (PCRE2 and Python alike) that finds any of the words: a word that holds
+    another is left out (a line holding it holds the other), each word is looked for from the
+    character of it that serving lines hold least often (a weighted set cover over the words), and
+    the branches are tried commonest character first (``first="rare"``: the other way round)."""
+    wanted = {word for word in words if word}
+    wanted = {word for word in wanted if not any(other != word and other in word for other in wanted)}
+
+    def percent(character: str) -> float:
+        return _SERVING_PERCENT.get(character, _SERVING_RARE)
+
+    chosen: set[str] = set()
+    uncovered = set(wanted)
+    while uncovered:
+        holders: dict[str, int] = {}
+        for word in uncovered:
+            for character in set(word):
+                holders[character] = holders.get(character, 0) + 1
+        best = min(holders, key=lambda character: (percent(character) / holders[character], character))
+        chosen.add(best)
+        uncovered = {word for word in uncovered if best not in word}
+    groups: dict[str, list[str]] = {}
+    for word in wanted:
+        groups.setdefault(min((c for c in word if c in chosen), key=lambda c: (percent(c), c)), []).append(word)
+    branches = []
+    for anchor in sorted(groups, key=lambda character: (-percent(character) if first == "common" else percent(character), character)):
+        # (before, after) around the anchor; words that differ only in their last character share one check
+        ends: dict[tuple[str, str], set[str]] = {}
+        for word in groups[anchor]:
+            at = word.index(anchor)
+            before, after = word[: at + 1], word[at + 1 :]
+            ends.setdefault((before, after[:-1]), set()).add(after[-1:])
+        checks = []
+        for (before, stem), lasts in sorted(ends.items()):
+            last = re.escape(lasts.pop()) if len(lasts) == 1 else "[" + "".join(re.escape(c) for c in sorted(lasts)) + "]"
+            after = re.escape(stem) + last
+            checks.append((f"(?<={re.escape(before)})" if len(before) > 1 else "") + (f"(?={after})" if after else ""))
+        body = "" if "" in checks else "(?:" + "|".join(checks) + ")"
+        # (*PRUNE): a match attempt at this character that fails tries no other branch (none begins
+        # with it), so an attempt costs one branch, not all of them (PCRE2; Python's re has no verbs)
+        branches.append(re.escape(anchor) + (PRUNE if body else "") + body)
+    return "|".join(branches)
+
+
+PRUNE = "(*PRUNE)"
+
+
+# Bytes that make the classifier look at a line whatever words it holds (a control byte, a carriage
+# return, anything not ASCII: see _classifier._SPECIAL_BYTES), in PCRE2's syntax for a UTF-8 subject.
+GREP_SPECIAL = r"[\x00-\x08\x0b-\x1f\x7f]|[^\x00-\x7f]"
+
+
+def grep_pattern_source(word_search: str) -> str | None:
+    """``journalctl --grep``'s pattern for the lines the classifier must read: the words of the
+    rules, the level words and the structure words (``word_search_source``'s search, which PCRE2
+    reads as Python does: escaped punctuation, fixed-length look-arounds), or a special byte.
+
+    PCRE2 only (``(*PRUNE)``; without it, Python's re reads it alike). Lower case but for that verb:
+    journalctl is told to match without regard to case (``--case-sensitive=false``), as the
+    classifier lower-cases a line before its word search; None when a word holds an upper-case
+    letter."""
+    if any(character.isupper() for character in word_search.replace(PRUNE, "")):
+        return None
+    return f"{word_search}|{GREP_SPECIAL}"
+
+
 # -- validation -----------------------------------------------------------------------------------
 
 
@@ -406,8 +488,14 @@ class RuleSet:
         # where a line can hold nothing but information unless one of these is found in it; None
         # when some rule can match a line without any word (then every line is looked at)
         self.line_search: t.Pattern[bytes] | None = None
+        # the same search for journalctl --grep (PCRE2), None when it cannot stand for the line search
+        self.grep_pattern: str | None = None
         if all(rule.literals is not None or rule.needs_level for rule in rules):
             self.line_search = re.compile(source.encode("latin-1"))
+            # a line whose only words are those of rules of class info (an HTTP access line) is
+            # information whichever of them matches: journalctl need not hand it over
+            grep_words = {word for rule in rules if rule.rule_class != "info" for word in rule.literals or ()}
+            self.grep_pattern = grep_pattern_source(grep_search_source(grep_words | set(LEVEL_WORDS) | set(STRUCTURE_WORDS)))
         # a character the search stops at -> the words looked for from it, each with its rules
         self._words_at: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         for anchor, group in groups.items():

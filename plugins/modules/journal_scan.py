@@ -45,6 +45,15 @@ options:
       - Also return the text of the last this many lines read, as RV(last_lines).
     type: int
     default: 0
+  journal_grep:
+    description:
+      - Read with C(journalctl --grep); journalctl itself leaves out the records that hold nothing the rules
+        look for, which are only counted, and a record that opens a traceback has the records after it read
+        whole. The report is the one a full read gives (RV(reading) says how it was read).
+      - Where journalctl cannot search (built without PCRE2), or for O(invocation=all) or O(since), the
+        records are read the usual way.
+    type: bool
+    default: false
 seealso:
   - module: inferops.runbooks.service_probe
   - module: inferops.runbooks.wait_ready
@@ -171,8 +180,14 @@ records:
   description: The number of journal records read.
   returned: always
   type: int
+reading:
+  description:
+    - How the journal was read, as in M(inferops.runbooks.service_probe)'s C(journal.reading) (C(grep),
+      C(records_read), C(fallback)).
+  returned: always
+  type: dict
 last_lines:
-  description: The text of the last O(tail_lines) lines read.
+  description: The text of the last O(tail_lines) lines read (with O(journal_grep), of the lines read or counted).
   returned: when O(tail_lines) > 0
   type: list
   elements: str
@@ -184,7 +199,15 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, check_rules  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalSlice, SystemdError, is_invocation_id, unit_name, unit_state  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
+    GrepRead,
+    GrepUnavailable,
+    JournalSlice,
+    SystemdError,
+    is_invocation_id,
+    unit_name,
+    unit_state,
+)
 
 
 def argument_spec() -> dict[str, t.Any]:
@@ -195,6 +218,7 @@ def argument_spec() -> dict[str, t.Any]:
         since={"type": "str"},
         line_offset={"type": "int", "default": 0},
         tail_lines={"type": "int", "default": 0},
+        journal_grep={"type": "bool", "default": False},
     )
     return spec
 
@@ -222,17 +246,34 @@ def main() -> None:
                 module.warn(f"{unit} has no current invocation (it never ran): nothing to read")
         elif invocation != "all":
             invocation_id = invocation
+        reading: dict[str, t.Any] = {"grep": False, "records_read": 0, "fallback": None}
+        grep = None
+        pattern = rules.grep_pattern if params["journal_grep"] and invocation_id is not None and not params["since"] else None
+        if params["journal_grep"] and pattern is None:
+            reading["fallback"] = "no invocation to search, a time to start from, or a rule without a word to search for"
+        if pattern is not None and invocation_id is not None:
+            feed = scanner.feed_records
+            grep = GrepRead(scanner, lambda record: feed((record,)), unit, invocation_id, pattern, params["cursor"], params["tail_lines"], journalctl)
+            try:
+                grep.read()
+                reading.update(grep=True, records_read=grep.read_records, counted_by=grep.counted_by)
+            except GrepUnavailable as exc:
+                reading["fallback"], grep = str(exc), None
+                scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"], secrets=params["redact"])
         slice_ = JournalSlice(scanner, unit, invocation_id, params["cursor"], params["since"], params["tail_lines"], journalctl)
-        if invocation_id is not None or invocation == "all":
-            slice_.read()
-        report, cursor = scanner.finish(), slice_.cursor
+        if grep is None and (invocation_id is not None or invocation == "all"):
+            reading["records_read"] = slice_.read()
+        report = scanner.finish()
+        cursor, records = (grep.cursor, grep.count) if grep is not None else (slice_.cursor, slice_.records)
     except SystemdError as exc:
         module.fail_json(msg=str(exc))
 
     result: dict[str, t.Any] = dict(report)
-    result.update(cursor=cursor, invocation_id=invocation_id, unit=unit, records=slice_.records)
+    result.update(cursor=cursor, invocation_id=invocation_id, unit=unit, records=records, reading=reading)
     if params["tail_lines"] > 0:
-        result["last_lines"] = list(slice_.tail)[-params["tail_lines"] :]
+        # the slice's tail is redacted as it is read; the grep read's is the journal's text
+        tail = [scanner.redact(text) for text in grep.tail] if grep is not None else list(slice_.tail)
+        result["last_lines"] = tail[-params["tail_lines"] :]
     module.exit_json(changed=False, **result)
 
 

@@ -70,6 +70,31 @@ options:
       - Also return the text of the last this many journal lines read, as RV(journal.tail).
     type: int
     default: 0
+  journal_grep:
+    description:
+      - Read the journal from O(cursor) (or the invocation's start) with C(journalctl --grep); journalctl
+        itself leaves out the records that hold nothing the rules look for (no rule's word, no level word,
+        no traceback header, no control or non-ASCII byte), and they are only counted. A record read that opens a
+        traceback has the records after it read whole until the traceback ends. The report is the one a full
+        read gives.
+      - Where journalctl cannot search (built without PCRE2) or the search fails, the records are read
+        the usual way (C(fallback) in RV(journal.reading) says why).
+      - Only the first read of the call is concerned; what O(watch) follows is read whole.
+    type: bool
+    default: false
+  journal_state:
+    description:
+      - Keep what was judged of the invocation's journal (the cursor and the classifier's state) in
+        O(state_dir), and take it up at the next call for the same invocation without O(cursor), so that only
+        the records after it are read (C(resumed_at) in RV(journal.reading)). Another invocation starts over;
+        a state file that cannot be used is reported (a warning, and C(state_problem) in RV(journal.reading)) and ignored.
+    type: bool
+    default: false
+  state_dir:
+    description:
+      - The host's state directory for O(journal_state) (C(<unit>.journal.json) in it).
+    type: str
+    default: /var/lib/inferops
 notes:
   - The journal is read with field matches (C(_SYSTEMD_UNIT=), C(_SYSTEMD_INVOCATION_ID=)) and C(--cursor),
     never C(-u) with a cursor, which could skip an entry on systemd before its December 2023 fix.
@@ -151,10 +176,20 @@ journal:
       type: int
       returned: always
     tail:
-      description: The text of the last O(tail_lines) lines read.
+      description:
+        - The text of the last O(tail_lines) lines read (with O(journal_grep) or a state taken up, the last
+          lines of the invocation up to RV(journal.cursor), read or only counted).
       type: list
       elements: str
       returned: when O(tail_lines) > 0
+    reading:
+      description:
+        - How the journal was read. C(grep) (whether C(journalctl --grep) read it), C(records_read) (records
+          journalctl handed over; the others of RV(journal.records) were counted only), C(fallback) (why the
+          search was not used, or null), C(resumed_at) (the line number a kept state was taken up at, or null),
+          C(state_problem) (why a kept state was ignored, or null), C(state_saved) (whether the state was kept).
+      type: dict
+      returned: always
 health:
   description: The health probe's outcome, or null without O(health_url).
   returned: always
@@ -190,16 +225,22 @@ from collections import deque  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _journal_state as journal_state  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
+    GrepRead,
+    GrepUnavailable,
     JournalFollower,
+    JournalReader,
     SystemdError,
     identity,
     is_invocation_id,
+    journal_command,
     message_text,
     unit_name,
     unit_state,
@@ -224,6 +265,9 @@ def argument_spec() -> dict[str, t.Any]:
         watch={"type": "float", "default": 0},
         health_early={"type": "bool", "default": True},
         tail_lines={"type": "int", "default": 0},
+        journal_grep={"type": "bool", "default": False},
+        journal_state={"type": "bool", "default": False},
+        state_dir={"type": "str", "default": STATE_DIR},
     )
     return spec
 
@@ -251,6 +295,7 @@ class Watch:
         self.tail: deque[str] = deque(maxlen=max(tail_lines, 1))
         self.tail_lines = tail_lines
         self.fatal_times: dict[int, int] = {}
+        self.reading: dict[str, t.Any] = {"grep": False, "records_read": 0, "fallback": None, "resumed_at": None, "state_problem": None, "state_saved": False}
 
     def refresh(self, force: bool = False) -> None:
         pid = int(self.state.get("MainPID") or 0)
@@ -258,6 +303,9 @@ class Watch:
         if force or gone or time.monotonic() - self.state_at >= UNIT_EVERY:
             self.state = unit_state(self.unit, systemctl=self.systemctl)
             self.state_at = time.monotonic()
+
+    def feed_one(self, record: dict[str, t.Any]) -> None:
+        self.feed((record,))
 
     def feed(self, records: t.Iterable[dict[str, t.Any]]) -> None:
         scanner = self.scanner
@@ -286,6 +334,73 @@ class Watch:
         return identity(self.state) != identity(self.first)
 
 
+def catch_up(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) -> None:
+    """What the journal holds now after the cursor: with journalctl --grep where it can search (the
+    scanner as it was before when it cannot), else every record."""
+    reading = watch.reading
+    pattern = watch.scanner.rules.grep_pattern if params["journal_grep"] else None
+    if params["journal_grep"] and pattern is None:
+        reading["fallback"] = "a rule matches lines without any word journalctl could search for"
+    if pattern is not None:
+        before = watch.scanner.state()
+        times, tail = dict(watch.fatal_times), list(watch.tail)
+        grep = GrepRead(
+            watch.scanner, watch.feed_one, follower.unit, follower.invocation_id, pattern, follower.start_cursor, watch.tail_lines, follower.journalctl
+        )
+        try:
+            grep.read()
+        except GrepUnavailable as exc:
+            reading["fallback"] = str(exc)
+            if before is not None:
+                watch.scanner.restore(before)
+            watch.fatal_times, watch.tail = times, deque(tail, maxlen=watch.tail.maxlen)
+        else:
+            reading.update(grep=True, records_read=grep.read_records)
+            follower.cursor = grep.cursor
+            follower.count += grep.count
+            follower.realtime = grep.realtime or follower.realtime
+            if watch.tail_lines > 0:
+                watch.tail = deque((watch.scanner.redact(text) for text in grep.tail), maxlen=watch.tail.maxlen)
+            return
+    before_count = follower.count
+    watch.feed(follower.catch_up())
+    reading["records_read"] = follower.count - before_count
+    if reading.get("resumed_at") is not None and watch.tail_lines > 0:
+        lines = [watch.scanner.redact(text) for text in last_lines(follower, watch.tail_lines)]
+        watch.tail = deque(lines or watch.tail, maxlen=watch.tail.maxlen)
+
+
+def last_lines(follower: JournalFollower, count: int) -> list[str]:
+    """The text of the last ``count`` records of the invocation up to the follower's cursor."""
+    if not follower.cursor:
+        return []
+    argv = journal_command(follower.unit, follower.invocation_id, None, None, follower.journalctl)
+    argv[1:1] = ["--reverse", "--cursor=" + follower.cursor, f"--lines={count}"]
+    return [message_text(record) for record in reversed(list(JournalReader(argv, limit=count)))]
+
+
+def resume(watch: Watch, path: str, unit: str, invocation: str) -> str | None:
+    """Take up the state kept for this invocation; the cursor to read after, or None."""
+    saved, problem = journal_state.load(path, unit)
+    reading = watch.reading
+    if problem is not None:
+        reading["state_problem"] = problem
+        watch.module.warn(problem)
+        return None
+    if saved is None or saved["invocation_id"] != invocation:
+        return None
+    try:
+        times = {int(line): int(realtime) for line, realtime in dict(saved.get("fatal_times") or {}).items()}
+        watch.scanner.restore(saved["scanner"])
+    except (TypeError, ValueError) as exc:
+        reading["state_problem"] = f"the journal state {path} is ignored ({exc}): the journal is read from the start"
+        watch.module.warn(reading["state_problem"])
+        return None
+    watch.fatal_times = times
+    reading["resumed_at"] = watch.scanner.line_number
+    return str(saved["cursor"])
+
+
 def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) -> None:
     """Read the journal until something matters or the watch window ends; an open traceback and a
     fresh fatal line get a moment to be written whole."""
@@ -293,7 +408,7 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) ->
     deadline = time.monotonic() + params["watch"]
     known = phase_index(params["phase"])
     settle_until: float | None = None
-    watch.feed(follower.catch_up())
+    catch_up(watch, follower, params)
     while True:
         now = time.monotonic()
         wait = min(STEP, max(deadline - now, 0.0)) if settle_until is None else max(min(STEP, settle_until - now), 0.0)
@@ -342,10 +457,15 @@ def main() -> None:
     try:
         watch = Watch(module, unit, scanner, params["tail_lines"])
         invocation = params["invocation_id"] or watch.state.get("InvocationID") or None
+        cursor = params["cursor"]
+        path = journal_state.state_path(unit, params["state_dir"]) if params["journal_state"] else None
+        if path and invocation and not cursor:
+            cursor = resume(watch, path, unit, invocation)
         if invocation:
-            with JournalFollower(unit, invocation, params["cursor"], journalctl) as follower:
+            with JournalFollower(unit, invocation, cursor, journalctl) as follower:
                 follow(watch, follower, params)
         watched = round(time.monotonic() - started, 3)
+        judged = scanner.state() if path else None
         report = scanner.finish()
         health = None
         if params["health_url"]:
@@ -354,7 +474,15 @@ def main() -> None:
     except (SystemdError, HealthURLError) as exc:
         module.fail_json(msg=str(exc))
 
+    if path and invocation and judged is not None and follower is not None and follower.cursor:
+        times = dict(sorted(watch.fatal_times.items())[:MAX_FATAL_TIMES])
+        try:
+            journal_state.save(path, unit, invocation, follower.cursor, judged, {"fatal_times": times})
+            watch.reading["state_saved"] = True
+        except OSError as exc:
+            module.warn(f"the journal state {path} could not be kept ({exc}): the next precheck reads the journal from the start")
     watch.stamp(report)
+    report["reading"] = watch.reading
     report["cursor"] = follower.cursor if follower else params["cursor"]
     report["records"] = follower.count if follower else 0
     report["invocation_id"] = invocation

@@ -71,3 +71,56 @@ def test_scan_of_a_crashed_invocation_fails_with_the_traceback(fleet: Fleet, hos
     assert first["context"] == "Scheduler hit an exception"
     assert first["traceback"][-1].startswith("torch.OutOfMemoryError")
     assert any("sigquit" in event["message"] for event in whole["fatal"])
+
+
+PROBE_GREP = Path(__file__).parent / "playbooks" / "probe_grep.yml"
+# what a report says of the journal: the same whichever way it was read
+REPORT_KEYS = ("verdict", "reason", "ready", "ready_line", "phase", "phases", "progress", "fatal", "allowlisted", "unrecognized", "counts", "blob_lines")
+
+
+def probe_four_ways(run_playbook: RunPlaybook, host: str, tmp_path: Path) -> dict[str, Any]:
+    result_file = tmp_path / "probes.json"
+    run = run_playbook(PROBE_GREP, limit=host, extra_vars={"result_file": str(result_file)})
+    assert run.returncode == 0, run
+    results: dict[str, Any] = json.loads(result_file.read_text())
+    return results
+
+
+def same_report(one: dict[str, Any], other: dict[str, Any]) -> None:
+    for key in REPORT_KEYS:
+        assert one[key] == other[key], key
+
+
+def test_the_grep_read_gives_the_full_reads_report_on_a_real_journal(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A ready start (CUTE_DSL warnings on 8 ranks, tqdm bars, access lines): journalctl --grep hands
+    over fewer records and the report is the full read's; the state kept is taken up by the next read."""
+    start(fleet, host, "healthy")
+    probes = probe_four_ways(run_playbook, host, tmp_path)
+    full, grep, first, second = probes["full"], probes["grep"], probes["first"], probes["second"]
+    assert full["verdict"] == "pass" and full["reading"]["grep"] is False
+    assert grep["reading"]["grep"] is True and grep["reading"]["fallback"] is None
+    assert grep["reading"]["records_read"] < full["reading"]["records_read"]
+    same_report(grep, full)
+    assert grep["lines"] <= first["lines"] and first["reading"]["state_saved"]
+    assert second["reading"]["resumed_at"] == first["lines"] and second["reading"]["records_read"] <= second["lines"] - first["lines"]
+    assert second["verdict"] == "pass" and second["ready_line"] == full["ready_line"] and second["phases"] == full["phases"]
+    if grep["lines"] == full["lines"]:
+        assert grep["tail"] == full["tail"] and len(grep["tail"]) == 20
+
+
+def test_the_grep_read_keeps_a_traceback_whole(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A crash during weight loading: the traceback's frames hold no searched word, they are read by
+    cursor after its first line, and the fatal event is the full read's."""
+    fleet.ssh(
+        host, "mkdir -p /run/systemd/system/sglang.service.d && printf '[Service]\\nRestart=no\\n' > /run/systemd/system/sglang.service.d/no-restart.conf"
+    )
+    fleet.ssh(host, "systemctl daemon-reload")
+    try:
+        start(fleet, host, "failed", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="cuda_oom")
+        probes = probe_four_ways(run_playbook, host, tmp_path)
+    finally:
+        fleet.ssh(host, "rm -f /run/systemd/system/sglang.service.d/no-restart.conf && systemctl daemon-reload")
+    full, grep = probes["full"], probes["grep"]
+    assert full["verdict"] == "fail" and grep["reading"]["grep"] is True
+    same_report(grep, full)
+    assert grep["fatal"][0]["traceback"] == full["fatal"][0]["traceback"] and len(full["fatal"][0]["traceback"]) > 3

@@ -9,6 +9,7 @@ only (``limit``) and checks the verdict, the reason, and that nothing was restar
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 import xml.etree.ElementTree as ET
@@ -197,3 +198,33 @@ def test_unit_that_does_not_exist_is_refused(fleet: Fleet, host: str, run_playbo
     assert f"{host} no-such-server.service: precheck FAIL (unit_not_found)" in out
     report = json.loads((tmp_path / f"{host}.precheck.json").read_text())
     assert report["verdict"] == "fail" and report["reason"] == "unit_not_found"
+
+
+STATE_FILE = f"/var/lib/inferops/{UNIT}.journal.json"
+
+
+def test_a_second_precheck_reads_only_what_came_after_the_first(fleet: Fleet, host: str, run_playbook: RunPlaybook) -> None:
+    """The precheck keeps the cursor and what it judged on the host: the next precheck of the same
+    invocation takes it up (and passes the same), a corrupt state file is reported and ignored, and a
+    new invocation starts over."""
+    fleet.ssh(host, f"rm -f {STATE_FILE}")
+    start(fleet, host)
+    first = run_playbook(PLAYBOOK, limit=host)
+    assert first.returncode == 0, first
+    kept = json.loads(fleet.ssh(host, f"cat {STATE_FILE}").stdout)
+    assert kept["invocation_id"] == fleet.unit_property(host, "InvocationID") and kept["cursor"]
+    assert kept["scanner"]["ready_line"] is not None
+    second = run_playbook(PLAYBOOK, "-v", limit=host)
+    assert second.returncode == 0, second
+    assert f"{host} {UNIT}: precheck PASS (ready)" in second.output
+    assert re.search(r"resumed_at\W{0,3} ?\d+", second.output), second.output[-3000:]
+    fleet.ssh(host, f"echo '{{not json' > {STATE_FILE}")
+    corrupt = run_playbook(PLAYBOOK, limit=host)
+    assert corrupt.returncode == 0, corrupt
+    assert "is ignored" in corrupt.output and f"{host} {UNIT}: precheck PASS (ready)" in corrupt.output
+    assert json.loads(fleet.ssh(host, f"cat {STATE_FILE}").stdout)["cursor"]
+    start(fleet, host)
+    again = run_playbook(PLAYBOOK, limit=host)
+    assert again.returncode == 0, again
+    assert json.loads(fleet.ssh(host, f"cat {STATE_FILE}").stdout)["invocation_id"] == fleet.unit_property(host, "InvocationID")
+    fleet.ssh(host, f"rm -f {STATE_FILE}")
