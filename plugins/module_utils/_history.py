@@ -32,7 +32,8 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import REDACTED, Scanner, mask
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import clean, parse, record_message
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, RuleSet, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, record_path
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR as STATE_DIR
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import RecordError, record_path
 from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import write as _write_json
 
 VERSION = 1
@@ -586,3 +587,38 @@ def summary(
         result["slow"] = slow_phases(entry.get("phases") or {}, baseline, slow_ratio, min_good=min_good)
         result["templates"] = novelty((entry.get("templates") or {}).keys(), history)
     return result
+
+
+# -- the unit's configuration, read on the host ---------------------------------------------------
+
+CONFIG_PROPERTIES = ("ExecStart", "FragmentPath", "DropInPaths", "EnvironmentFiles", "Environment")
+
+
+def read_bytes(path: str) -> bytes | None:
+    """A file's content; None when it cannot be read (absent, or not ours to read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def config_of(show_text: str, read_file: t.Callable[[str], bytes | None] = read_bytes) -> str:
+    """The fingerprint of a unit from ``systemctl show -p ExecStart,FragmentPath,DropInPaths,EnvironmentFiles,Environment``:
+    the unit file, each drop-in and each environment file are read (hashed, never kept)."""
+    values: dict[str, list[str]] = {}
+    for line in show_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values.setdefault(key, []).append(value)
+    files: dict[str, bytes | None] = {}
+    for key in ("FragmentPath", "DropInPaths"):
+        for value in values.get(key, []):
+            for path in value.split():
+                files[path] = read_file(path)
+    environment_files: dict[str, bytes | None] = {}
+    for value in values.get("EnvironmentFiles", []):
+        path = value.split(" (", 1)[0].strip()
+        if path:
+            environment_files[path] = read_file(path)
+    return fingerprint("\n".join(values.get("ExecStart", [])), files, environment_files, "\n".join(values.get("Environment", [])))

@@ -122,6 +122,11 @@ FLOORS: dict[str, Floor] = {
     "smoke_timeout": WHOLE_SECONDS,
     "router_timeout": WHOLE_SECONDS,
     "drain_timeout": WHOLE_SECONDS,
+    "history_size": Floor(1, True, "a whole number"),
+    "history_min_good": Floor(1, True, "a whole number"),
+    "history_stall_factor": Floor(1, True, "a number"),
+    "history_stall_floor": SECONDS,
+    "history_slow_ratio": Floor(1, True, "a number"),
 }
 
 
@@ -235,7 +240,16 @@ ROLE_ONLY_OPTIONS: Spec = {
     "drain_timeout": {"type": "int", "default": 300},
     "drain_hooks": {"type": "list", "elements": "str", "default": []},
     "restore_hooks": {"type": "list", "elements": "str", "default": []},
+    # the start history on the host (module_utils/_history): learned stall limits, ETA, slow phases, new lines
+    "history": {"type": "bool", "default": True},
+    "history_size": {"type": "int", "default": 20},
+    "history_min_good": {"type": "int", "default": 3},
+    "history_stall_factor": {"type": "float", "default": 1.5},
+    "history_stall_floor": {"type": "float", "default": 60},
+    "history_slow_ratio": {"type": "float", "default": 2},
+    "fail_on_new": {"type": "bool", "default": False},
 }
+HISTORY_OPTIONS = ("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "fail_on_new")
 # vLLM's /health answers 200 while the engine cannot generate (a model its CPU attention does not
 # support dies on the first request): its gates generate one token unless told not to
 SMOKE_BY_DEFAULT = ("vllm",)
@@ -261,8 +275,13 @@ ROLE_SPECS: dict[str, Spec] = {
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
         *DEPLOY_OPTIONS,
+        *HISTORY_OPTIONS,
     ),
-    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health", "redact"),
+    "sglang_precheck": _pick(
+        *_CLASSIFIED_LOOK,
+        *("report_dir", "allow_remote_health", "redact"),
+        *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new"),
+    ),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
