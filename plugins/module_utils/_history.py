@@ -579,13 +579,19 @@ def summary(
         "baseline": {"phases": phase_medians(baseline), "low": None, "high": None},
         "slow": [],
         "templates": {},
+        "new_unrecognized": [],
     }
     totals = [float(e["total"]) for e in baseline if isinstance(e.get("total"), (int, float))]
     if totals:
         result["baseline"].update(low=min(totals), high=max(totals))
     if entry is not None:
         result["slow"] = slow_phases(entry.get("phases") or {}, baseline, slow_ratio, min_good=min_good)
-        result["templates"] = novelty((entry.get("templates") or {}).keys(), history)
+        templates = entry.get("templates") or {}
+        result["templates"] = novelty(templates.keys(), history)
+        # what fail_on_new fails on: unrecognized groups in none of the recent good starts
+        result["new_unrecognized"] = [
+            name for name, seen in result["templates"].items() if seen["status"] in ("new", "failed_only") and templates[name].get("class") == "unrecognized"
+        ]
     return result
 
 

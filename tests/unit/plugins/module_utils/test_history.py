@@ -273,3 +273,88 @@ def test_new_since_the_last_good_start() -> None:
     assert _history.novelty([never], None)[never]["status"] == "unknown"
     report = _history.summary(history, "cfg-a", {**good, "templates": {never: {"count": 1, "class": "unrecognized"}}})
     assert report["good_starts"] == 9 and report["templates"][never]["status"] == "new"
+    assert report["new_unrecognized"] == [never]
+
+
+# -- in the roles' reports (module_utils/_runbook_report, _render) --------------------------------
+
+
+def history_result(earlier: list[dict[str, Any]], this: dict[str, Any], config: str = "cfg-a") -> dict[str, Any]:
+    """What start_history returns after recording ``this`` on a history of ``earlier`` starts."""
+    history: dict[str, Any] | None = None
+    for entry in earlier:
+        history, _ = _history.append(history, UNIT, entry)
+    limits = _history.stall_limits(_history.good_starts(history, config), default=900.0)
+    return {
+        "path": "/var/lib/inferops/sglang.service.history.json",
+        "problem": None,
+        "config": config,
+        "added": True,
+        "starts": len((history or {}).get("starts") or []) + 1,
+        "summary": _history.summary(history, config, this),
+        "stall_limits": limits,
+    }
+
+
+def test_the_restart_report_says_what_is_new_and_fail_on_new_fails_on_it() -> None:
+    from ansible_collections.inferops.runbooks.plugins.module_utils._render import summary_lines
+    from tests.unit.plugins.module_utils.observations import options, restart_report, wait_result
+
+    wait = wait_result("vllm-ready-01.log")
+    this = start("vllm-ready-01.log", invocation_id="e" * 32, config="cfg-a")
+    earlier = [scaled(start(config="cfg-a"), 1.0, f"{number:032x}") for number in range(3)]
+    history = history_result(earlier, this)
+    history_before = {**history, "summary": _history.summary(None, "cfg-a")}
+    report = restart_report(wait=wait, history=history, history_before=history_before)
+    assert (report["verdict"], report["reason"]) == ("pass", "ready")
+    assert report["history"]["good_starts"] == 3 and len(report["history"]["new_unrecognized"]) == 2
+    assert report["unrecognized"][0]["history"]["status"] == "new"
+    text = "\n".join(summary_lines(report))
+    assert "start history: 3 good start(s) on this configuration (25s) of 4 kept, this start recorded" in text
+    assert "(new: in none of the last 3 good starts)" in text
+    assert "new since the last good starts: 2 unrecognized line group(s)" in text
+
+    strict_new = restart_report(wait=wait, history=history, options=options(fail_on_new=True))
+    assert (strict_new["verdict"], strict_new["reason"]) == ("fail", "new_lines")
+    assert "2 unrecognized line group(s) new since its last 3 good start(s)" in strict_new["msg"]
+
+    # seen in every good start before: nothing new, fail_on_new passes
+    seen = history_result([{**this, "invocation_id": f"{n:032x}"} for n in range(3)], this)
+    passed = restart_report(wait=wait, history=seen, options=options(fail_on_new=True))
+    assert passed["verdict"] == "pass"
+    assert passed["unrecognized"][0]["history"]["text"] == "seen in 3 of the last 3 good starts"
+
+
+def test_the_report_names_slow_phases_and_learned_limits() -> None:
+    from ansible_collections.inferops.runbooks.plugins.module_utils._render import summary_lines
+    from tests.unit.plugins.module_utils.observations import restart_report
+
+    earlier = baseline((21.25, 21.25, 21.25))
+    slow = scaled(start(), 21.25, "f" * 32)
+    slow["phases"]["loading_weights"] = 527.0
+    history = history_result(earlier, slow)
+    report = restart_report(history=history, history_before=history)
+    text = "\n".join(summary_lines(report))
+    assert "  slow: loading weights took 3.1x its usual 2m50s" in text
+    assert "stall limits learned: starting 4m47s (1.5x the longest of the last 3 good starts (3m11s))" in text
+
+
+def test_the_precheck_fails_on_new_lines_only_when_asked() -> None:
+    from tests.unit.plugins.module_utils.observations import options, precheck_report, probe_result
+
+    this = start("vllm-ready-01.log", invocation_id="e" * 32, config="cfg-a")
+    history = history_result([scaled(start(), 1.0, f"{n:032x}") for n in range(3)], this)
+    probe = probe_result("vllm-ready-01.log")
+    probe["journal"]["ready"] = True  # read with SGLang's rules here: vLLM's ready line is not theirs
+    assert precheck_report(probe=probe, history=history)["verdict"] == "pass"
+    failed = precheck_report(probe=probe, history=history, options=options(fail_on_new=True))
+    assert (failed["verdict"], failed["reason"]) == ("fail", "new_lines")
+
+
+def test_a_history_that_could_not_be_read_is_reported_never_fatal() -> None:
+    from ansible_collections.inferops.runbooks.plugins.module_utils._render import summary_lines
+    from tests.unit.plugins.module_utils.observations import restart_report
+
+    report = restart_report(history={"failed": True, "msg": "systemctl show sglang.service failed (rc=1): boom"})
+    assert report["verdict"] == "pass"
+    assert "start history: the start history could not be used: systemctl show sglang.service failed (rc=1): boom" in summary_lines(report)
