@@ -443,7 +443,7 @@ def good_starts(history: History | None, config: str | None = None, recent: int 
     return starts[-recent:] if recent > 0 else starts
 
 
-def phase_medians(starts: t.Sequence[Entry]) -> dict[str, float]:
+def phase_medians(starts: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, float]:
     """Each phase's median duration over the starts that timed it."""
     medians: dict[str, float] = {}
     for phase in TIMED_PHASES:
@@ -453,7 +453,7 @@ def phase_medians(starts: t.Sequence[Entry]) -> dict[str, float]:
     return medians
 
 
-def eta(starts: t.Sequence[Entry], phase: str, elapsed_in_phase: float) -> dict[str, t.Any] | None:
+def eta(starts: t.Sequence[t.Mapping[str, t.Any]], phase: str, elapsed_in_phase: float) -> dict[str, t.Any] | None:
     """The expected remaining time of a start now in ``phase`` for ``elapsed_in_phase`` seconds,
     recalibrated at each phase marker: the medians of the phases still to come, plus what the
     current phase usually has left (never below zero). None without a good start to learn from."""
@@ -479,7 +479,7 @@ def eta(starts: t.Sequence[Entry], phase: str, elapsed_in_phase: float) -> dict[
 
 
 def stall_limits(
-    starts: t.Sequence[Entry],
+    starts: t.Sequence[t.Mapping[str, t.Any]],
     explicit: t.Mapping[str, float] | None = None,
     default: float | None = None,
     min_good: int = DEFAULT_MIN_GOOD,
@@ -513,7 +513,9 @@ def learned_limits(limits: t.Mapping[str, t.Mapping[str, t.Any]]) -> dict[str, f
     return {phase: float(limit["limit"]) for phase, limit in limits.items() if limit.get("source") in ("explicit", "learned")}
 
 
-def slow_phases(phases: t.Mapping[str, float], starts: t.Sequence[Entry], ratio: float = DEFAULT_SLOW_RATIO, min_good: int = 1) -> list[dict[str, t.Any]]:
+def slow_phases(
+    phases: t.Mapping[str, float], starts: t.Sequence[t.Mapping[str, t.Any]], ratio: float = DEFAULT_SLOW_RATIO, min_good: int = 1
+) -> list[dict[str, t.Any]]:
     """The phases of this start that took ``ratio`` times their usual (median) time or more:
     ``loading weights took 3.1x its usual 2m50s``."""
     if len(starts) < max(min_good, 1):

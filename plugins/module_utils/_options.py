@@ -71,6 +71,8 @@ WAIT_OPTIONS: Spec = {
     "node_rank": {"type": "int", "default": 0},
     "peers": {"type": "dict", "default": {}},
     "channel": {"type": "str"},
+    # the host's recent good starts (start_history's good_starts): phases and total of each, for an ETA
+    "history_starts": {"type": "list", "elements": "dict", "default": []},
 }
 
 
