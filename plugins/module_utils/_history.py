@@ -488,7 +488,8 @@ def stall_limits(
 ) -> dict[str, dict[str, t.Any]]:
     """Each timed phase's stall limit and where it came from: ``explicit`` (the user's per-phase limit,
     always first), ``learned`` (with ``min_good`` good starts that timed the phase: ``factor`` times the
-    longest of them, at least ``floor``) or ``default`` (the configured limit for every phase)."""
+    longest of them, at least ``floor``, never above ``default``: a learned limit only tightens the
+    configured one) or ``default`` (the configured limit for every phase)."""
     limits: dict[str, dict[str, t.Any]] = {}
     for phase in TIMED_PHASES:
         if explicit and phase in explicit:
@@ -501,6 +502,9 @@ def stall_limits(
             detail = f"{factor:g}x the longest of the last {len(values)} good starts ({human(longest)})"
             if limit == floor and factor * longest < floor:
                 detail += f", raised to the floor of {human(floor)}"
+            if default is not None and limit > default:
+                limit = float(default)
+                detail += f", capped at the configured stall limit of {human(default)}"
             limits[phase] = {"limit": limit, "source": "learned", "detail": detail}
         elif default is not None:
             have = f"{len(values)} good start{'s' if len(values) != 1 else ''} timed it, {min_good} needed to learn"

@@ -534,9 +534,10 @@ class Fleet:
             time.sleep(every)
 
     def reset(self, host: str) -> None:
-        """Stop the simulator, clear its failed state and restart counter, drop the scenario file and
-        any deployed configuration (drop-ins of the unit, files under /etc/sglang)."""
-        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR}"
+        """Stop the simulator, clear its failed state and restart counter, drop the scenario file,
+        any deployed configuration (drop-ins of the unit, files under /etc/sglang) and the unit's start
+        history (each test learns from its own starts only)."""
+        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR} /var/lib/inferops/{SIM_UNIT}.history.json"
         clear = f"rm -rf {SCENARIO_FILE} {deployed}; systemctl daemon-reload"
         self.ssh(host, f"systemctl stop {SIM_UNIT}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; {clear}; true")
 

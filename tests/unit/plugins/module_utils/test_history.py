@@ -245,6 +245,9 @@ def test_stall_limits_are_learned_after_min_good_starts_and_explicit_ones_win() 
     assert limits["allocating_kv_cache"]["limit"] == 60.0 and "floor" in limits["allocating_kv_cache"]["detail"]
     assert _history.learned_limits(limits)["loading_weights"] == 144.0
     # fewer good starts than min_good: the default, saying why
+    # a learned limit only tightens the configured one
+    capped = _history.stall_limits(starts, default=100.0)["loading_weights"]
+    assert capped["limit"] == 100.0 and capped["detail"].endswith("capped at the configured stall limit of 1m40s")
     few = _history.stall_limits(starts[:2], default=900.0, min_good=3)
     assert few["loading_weights"] == {"limit": 900.0, "source": "default", "detail": "2 good starts timed it, 3 needed to learn"}
 
