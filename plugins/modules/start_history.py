@@ -68,6 +68,13 @@ options:
     description: A phase of the recorded start that took this many times its usual (median) time or more is reported as slow.
     type: float
     default: 2
+  fail_on_new:
+    description:
+      - The start is recorded as failed (reason C(new_lines)) when it passed but logged an unrecognized line group
+        that none of the recent good starts logged (as the roles' C(fail_on_new) fails the run), so that the same
+        line is not taken for a known one next time.
+    type: bool
+    default: false
   stall_limit:
     description: The stall limit of a phase that has neither an explicit nor a learned one.
     type: float
@@ -201,6 +208,7 @@ def main() -> None:
             "stall_factor": {"type": "float", "default": _history.DEFAULT_STALL_FACTOR},
             "stall_floor": {"type": "float", "default": _history.DEFAULT_STALL_FLOOR},
             "slow_ratio": {"type": "float", "default": _history.DEFAULT_SLOW_RATIO},
+            "fail_on_new": {"type": "bool", "default": False},
             "stall_limit": {"type": "float", "default": 900},
             "stall_limits": {"type": "dict", "default": {}},
             "engine": {"type": "str", "default": "sglang", "choices": ["auto", "sglang", "vllm"]},
@@ -245,6 +253,8 @@ def main() -> None:
         entry = observer.entry(params["outcome"], params["reason"], invocation, config, params["waited"])
         # compared with the history before it: a start is not new against itself
         summary = _history.summary(history, config, entry, params["min_good"], params["slow_ratio"])
+        if params["fail_on_new"] and entry["outcome"] == "pass" and summary["new_unrecognized"]:
+            entry.update(outcome="fail", reason="new_lines")
         updated, added = _history.append(history, unit, entry, params["size"])
         if added and not module.check_mode:
             try:
