@@ -18,4 +18,5 @@ def test_the_fault_file_overrides_the_scenario(tmp_path: Path) -> None:
 
 
 def test_without_a_fault_file_the_environment_is_as_given(tmp_path: Path) -> None:
-    assert with_fault({"SIM_FAULT_FILE": str(tmp_path / "none.env"), "SIM_SCENARIO": "ok"}) == {"SIM_FAULT_FILE": str(tmp_path / "none.env"), "SIM_SCENARIO": "ok"}
+    given = {"SIM_FAULT_FILE": str(tmp_path / "none.env"), "SIM_SCENARIO": "ok"}
+    assert with_fault(given) == given
