@@ -593,7 +593,7 @@ class Wait:
     def _eta(self) -> str:
         """``, about 6m left (last 5 good starts: 8m02s-9m40s)`` from the host's start history; "" without one."""
         phase = self.total["phase"]
-        if not self.settings.history_starts or not self.timeline or phase == "ready":
+        if not self.settings.history_starts or not self.timeline or phase == "ready" or self.outcome is not None:
             return ""
         found = _history.eta(self.settings.history_starts, phase, self.elapsed() - self.timeline[-1]["started"])
         return f", {found['text']}" if found else ""
