@@ -11,6 +11,7 @@ the unit's configuration, and with it the baseline, stays the same."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,9 @@ PLAYBOOK = "playbooks/restart_sglang.yml"
 PRECHECK = "playbooks/precheck_sglang.yml"
 UNIT = "sglang.service"
 HISTORY = f"/var/lib/inferops/{UNIT}.history.json"
-# a start of about 7 s: weight loading 3 s, the other phases short
-TIMES = {"SIM_START_SECONDS": "1", "SIM_LOAD_SECONDS": "3", "SIM_KV_SECONDS": "0.5", "SIM_CAPTURE_SECONDS": "1", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "4"}
-# the configured stall limit is long; the learned one (1.5x ~3 s, raised to a floor of 15 s: room for a
+# a start of about 12 s: weight loading 8 s (looks see it on a busy machine), the other phases short
+TIMES = {"SIM_START_SECONDS": "1", "SIM_LOAD_SECONDS": "8", "SIM_KV_SECONDS": "0.5", "SIM_CAPTURE_SECONDS": "1", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "4"}
+# the configured stall limit is long; the learned one (1.5x ~8 s, raised to a floor of 15 s: room for a
 # slow look on a busy machine) is what catches the hang
 VARS = {**QUICK, "sglang_restart_stall_limit": 300, "sglang_restart_budget": 400, "sglang_restart_history_stall_floor": 15}
 
@@ -43,12 +44,12 @@ def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet
     kept = history(fleet, host)
     assert [start["outcome"] for start in kept["starts"]] == ["pass"] * 3
     assert len({start["config"] for start in kept["starts"]}) == 1
-    assert all(2.0 <= start["phases"]["loading_weights"] <= 8.0 for start in kept["starts"]), kept["starts"]
+    assert all(6.0 <= start["phases"]["loading_weights"] <= 14.0 for start in kept["starts"]), kept["starts"]
     assert kept["starts"][-1]["model"] == "/models/DeepSeek-R1"
     # the allowlisted CUTE_DSL warning of every rank: one template, seen in each start
     assert all(any("package walk" in name for name in start["templates"]) for start in kept["starts"])
-    # the third start already had an ETA from the first two
-    assert "left (last 2 good starts:" in run.output, run
+    # the third start already had an ETA from the first two (shown while its weights loaded)
+    assert re.search(r"loading weights.*, about \S+ left \(last 2 good starts: ", run.output), run.output[-6000:]
 
     # a warning never seen before: reported as new, and with fail_on_new the run fails (the start is kept
     # as failed: the same warning is not taken for a known one next time)
