@@ -21,6 +21,7 @@ import os.path
 import typing as t
 import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._canary import CanaryError, loopback_target, parse_thresholds
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
@@ -129,6 +130,10 @@ FLOORS: dict[str, Floor] = {
     "history_stall_factor": Floor(1, True, "a number"),
     "history_stall_floor": SECONDS,
     "history_slow_ratio": Floor(1, True, "a number"),
+    "canary_requests": Floor(1, True, "a whole number"),
+    "canary_concurrency": Floor(1, True, "a whole number"),
+    "canary_prompt_tokens": Floor(1, True, "a whole number"),
+    "canary_max_tokens": Floor(1, True, "a whole number"),
 }
 
 
@@ -250,8 +255,17 @@ ROLE_ONLY_OPTIONS: Spec = {
     "history_stall_floor": {"type": "float", "default": 60},
     "history_slow_ratio": {"type": "float", "default": 2},
     "fail_on_new": {"type": "bool", "default": False},
+    # the performance canary after the gates (module_utils/_canary); its URL is the health URL's server
+    "canary": {"type": "bool", "default": False},
+    "canary_requests": {"type": "int", "default": 16},
+    "canary_concurrency": {"type": "int", "default": 4},
+    "canary_prompt_tokens": {"type": "int", "default": 512},
+    "canary_max_tokens": {"type": "int", "default": 128},
+    "canary_thresholds": {"type": "dict", "default": {}},
+    "canary_on_fail": {"type": "str", "default": "fail", "choices": ["fail", "warn"]},
 }
 HISTORY_OPTIONS = ("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "fail_on_new")
+CANARY_OPTIONS = ("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens", "canary_thresholds", "canary_on_fail")
 # vLLM's /health answers 200 while the engine cannot generate (a model its CPU attention does not
 # support dies on the first request): its gates generate one token unless told not to
 SMOKE_BY_DEFAULT = ("vllm",)
@@ -278,6 +292,7 @@ ROLE_SPECS: dict[str, Spec] = {
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
         *DEPLOY_OPTIONS,
         *HISTORY_OPTIONS,
+        *CANARY_OPTIONS,
     ),
     "sglang_precheck": _pick(
         *_CLASSIFIED_LOOK,
@@ -287,7 +302,7 @@ ROLE_SPECS: dict[str, Spec] = {
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
-YAML_TEXT = ("extra_rules", "stall_limits")
+YAML_TEXT = ("extra_rules", "stall_limits", "canary_thresholds")
 COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks", "redact")
 PORTS = (1, 65535)
 # URLs that must point at the target itself: (option, the option that allows another host, why not)
@@ -341,12 +356,33 @@ def check_role_values(
     problems.extend(floor_problems(values, prefix))
     problems.extend(stall_limit_problems(values.get("stall_limits"), prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))
+    problems.extend(canary_problems(values, prefix))
     if role == "sglang_restart":
         problems.extend(deploy_option_problems({name: values[name] for name in DEPLOY_OPTIONS if name in values}, base_dir))
     rules = []
     if all(name in values for name in ("engine", "extra_rules", "disabled_rules")):
         rules = (check_rules or rule_problems)(values["engine"], values["extra_rules"], values["disabled_rules"], prefix)
     return RoleCheck(values, problems, rules)
+
+
+def canary_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    """The canary's thresholds (whether or not it is on), and, when it is on, a server it may load:
+    the health URL's, on loopback (the canary never sends its load across the network)."""
+    problems = []
+    if isinstance(values.get("canary_thresholds"), t.Mapping):
+        try:
+            parse_thresholds(values["canary_thresholds"])
+        except CanaryError as exc:
+            problems.append(f"{prefix}canary_thresholds: {exc}")
+    if values.get("canary") and isinstance(values.get("health_url"), str):
+        try:
+            loopback_target(values["health_url"])
+        except CanaryError:
+            problems.append(
+                f"{prefix}canary loads the server of {prefix}health_url, which must then be on loopback (127.0.0.1, ::1, localhost),"
+                f" got {_shown(values['health_url'])}"
+            )
+    return problems
 
 
 def rule_problems(engine: str, extra_rules: t.Sequence[t.Any], disabled_rules: t.Sequence[str], prefix: str = "") -> list[str]:

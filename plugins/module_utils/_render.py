@@ -136,6 +136,7 @@ FORMS: dict[str, Form] = {
             ("rollback_verdict", "rollback.verdict"),
             ("rollback_reason", "rollback.reason"),
             ("rollback_invocation_id", "rollback.invocation_id"),
+            ("canary_verdict", "canary.verdict"),
         ),
         stats=(
             ("verdict", "verdict"),
@@ -155,6 +156,10 @@ FORMS: dict[str, Form] = {
             ("rollback_invocation_id", "rollback.invocation_id"),
             ("traffic_removed", "traffic.removed"),
             ("traffic_restored", "traffic.restored"),
+            ("repairs", "repairs"),
+            ("canary_verdict", "canary.verdict"),
+            ("canary_output_tokens_per_s", "canary.figures.output_tokens_per_s"),
+            ("canary_baseline_output_tokens_per_s", "canary.baseline.throughput"),
         ),
         deployment_headline=_restart_deployment_headline,
         no_phase="not started",
@@ -280,6 +285,7 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines.append(f"new configuration: FAIL ({report.get('reason')}) after {report.get('elapsed')} s waiting, {report.get('total_elapsed')} s in all")
     lines.append(cut(report.get("msg"), MSG_LIMIT))
     lines += _failed_step(report)
+    lines += _left_by_a_rollout(report)
     lines += _problems(report)
     lines += _unit(report)
     lines += _phases(report)
@@ -290,8 +296,17 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
         lines += evidence_lines(report)
         lines += _smoke(report)
         lines += _last_lines(report)
+    lines += canary_lines(report)
     lines += deploy_lines(report)
     return lines + _reports_line(report, report_dir)
+
+
+def _left_by_a_rollout(report: Report) -> list[str]:
+    """A precheck failed for another reason still says what an interrupted rollout left on the host."""
+    left = (report.get("run_record") or {}).get("left")
+    if not left or report.get("reason") == "interrupted_run":
+        return []
+    return [f"also: {report.get('host')} is {cut(left, MSG_LIMIT)}"]
 
 
 def _reports_line(report: Report, report_dir: str) -> list[str]:
@@ -403,6 +418,10 @@ def deploy_lines(report: Report) -> list[str]:
                 "  phases: "
                 + " > ".join(f"{step.get('phase')} {step.get('duration') if step.get('duration') is not None else '...'} s" for step in rollback["timeline"])
             )
+        canary = rollback.get("canary") or {}
+        if canary.get("verdict"):
+            lines.append(f"rollback canary: {str(canary['verdict']).upper()}")
+            lines += [f"  {cut(line, LINE_LIMIT)}" for line in canary.get("lines") or [] if not str(line).startswith("inconclusive: ")]
         if rollback.get("verdict") != "pass":
             lines.append("  " + cut(rollback.get("msg"), MSG_LIMIT))
             lines += [
@@ -588,6 +607,24 @@ def _smoke(report: Report) -> list[str]:
     answer = "not run" if smoke.get("status") is None else f"HTTP {smoke['status']}"
     generated = f", generated {json.dumps(smoke['text'])}" if smoke.get("text") is not None else ""
     return [f"smoke test: {answer}{generated}"]
+
+
+def canary_lines(report: Report) -> list[str]:
+    """``performance canary: FAIL (...)`` and a line per figure beside its baseline."""
+    canary = report.get("canary")
+    if not isinstance(canary, t.Mapping) or not canary.get("enabled") or not canary.get("verdict"):
+        return []
+    verdict = str(canary["verdict"])
+    runs = canary.get("baseline_runs")
+    against = f", against the median of {runs} baseline canar{'y' if runs == 1 else 'ies'}" if runs else ""
+    warn = " (warning only: sglang_restart_canary_on_fail is warn)" if verdict == "fail" and canary.get("on_fail") == "warn" else ""
+    head = f"performance canary: {verdict.upper()}{against}{warn}"
+    if verdict != "pass" and canary.get("reason"):
+        head += f" - {cut(canary['reason'], MSG_LIMIT)}"
+    lines = [head, *(f"  {cut(line, LINE_LIMIT)}" for line in canary.get("lines") or [] if not str(line).startswith("inconclusive: "))]
+    if canary.get("problem"):
+        lines.append(f"  {cut(canary['problem'], MSG_LIMIT)}")
+    return lines
 
 
 def _last_lines(report: Report) -> list[str]:

@@ -119,15 +119,27 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     earlier run's change was never proven), force_restart, inflight, unit_active, deploy_applied,
     new_start_failed, rollback_enabled, rollback_restarted, rollback_passed, out_of_rotation (by this
     run or an earlier one), verified (the in-place check of an unchanged host passed), unproven_in_place
-    (an earlier run's change that never passed is on the host).
+    (an earlier run's change that never passed is on the host), rollback_unfinished (an earlier run's
+    rollback was cut short: its files are put back and the unit restarted), traffic_managed (a router or
+    drain hooks are configured), repairs_pending (an earlier run left something to repair),
+    restore_failed (putting the host back into rotation failed), canary_failed (the start passed its
+    gates, but its performance canary failed against the host's baseline, and a failed canary is to fail
+    the host rather than only warn).
+
+    A change whose canary failed is rolled back like a change whose start failed (``rollback_reason``
+    ``performance_regression`` rather than ``start_failed``); a plain restart whose canary failed has
+    nothing to roll back to and still serves (healthy, only slower): the host fails, but is put back
+    into rotation.
     """
     get = observed.get
-    restart_needed = not get("change_requested") or bool(get("change_pending")) or bool(get("force_restart"))
+    force = bool(get("force_restart") or get("rollback_unfinished"))
+    restart_needed = not get("change_requested") or bool(get("change_pending")) or force
     if not restart_needed and get("change_requested") and not get("unit_active"):
         restart_needed = True  # the configuration is in place but nothing runs it
     verify_in_place = not restart_needed and not get("check_mode")
+    regressed = bool(get("canary_failed")) and not get("new_start_failed")
     rollback_wanted = bool(
-        not get("check_mode") and get("deploy_applied") and get("new_start_failed") and (get("rollback_enabled", True) or not get("stopped"))
+        not get("check_mode") and get("deploy_applied") and (get("new_start_failed") or regressed) and (get("rollback_enabled", True) or not get("stopped"))
     )
     rollback_passed = bool(get("rollback_restarted") and get("rollback_passed"))
     # the unit was stopped for this start: by this run, or by the earlier run whose start is waited on
@@ -135,18 +147,41 @@ def decide(observed: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     serving = (
         rollback_passed
         or (verify_in_place and bool(get("verified")))
-        or (restart_needed and stopped and not get("new_start_failed"))
+        or (restart_needed and stopped and not get("new_start_failed") and not rollback_wanted)
         or (bool(get("failed")) and not stopped and not get("unproven_in_place"))
     )
     restore_wanted = bool(not get("check_mode") and serving and get("out_of_rotation"))
+    state = _state(observed, restart_needed, rollback_wanted, rollback_passed)
     return {
         "restart_needed": restart_needed,
         "verify_in_place": verify_in_place,
         "rollback_wanted": rollback_wanted,
         "serving": serving,
         "restore_wanted": restore_wanted,
-        "state": _state(observed, restart_needed, rollback_wanted, rollback_passed),
+        "state": state,
+        "rollback_reason": ("performance_regression" if regressed else "start_failed") if rollback_wanted else None,
+        "record_wanted": record_wanted(observed),
+        "settled_step": settled_step(observed, serving, restore_wanted, state),
     }
+
+
+def record_wanted(observed: t.Mapping[str, t.Any]) -> bool:
+    """Whether the run keeps a run record on the host: when it changes files or can take the host out
+    of rotation, or when an earlier run left something to repair. Never in check mode."""
+    get = observed.get
+    return bool(not get("check_mode") and (get("change_requested") or get("traffic_managed") or get("repairs_pending")))
+
+
+def settled_step(observed: t.Mapping[str, t.Any], serving: bool, restore_wanted: bool, state: str) -> str:
+    """Where the run record ends: ``done`` when nothing is left to undo (the host serves a configuration
+    that passed and is in rotation), ``restore`` when it serves but is still out of rotation, otherwise
+    the failure (``rollback_failed``, ``failed``), for the precheck to report and the next run to repair."""
+    back_in_rotation = not observed.get("out_of_rotation") or (restore_wanted and not observed.get("restore_failed"))
+    if serving and back_in_rotation:
+        return "done"
+    if state in ("rollback_failed", "failed"):
+        return state
+    return "restore" if serving else "failed"
 
 
 def _state(observed: t.Mapping[str, t.Any], restart_needed: bool, rollback_wanted: bool, rollback_passed: bool) -> str:

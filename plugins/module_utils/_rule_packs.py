@@ -442,6 +442,14 @@ VLLM: RulePack = [
         "reference": f"{VLLM_SOURCE}/vllm/v1/worker/cpu_worker.py (logger.warning, then the first allowed node)",
     },
     {
+        "id": "vllm-cpu-ssm-cache-dtype-reset",
+        "class": "allowlisted",
+        "pattern": r"Reset SSM cache type to float32 for accelerated GDN mamba backend",
+        "reason": "On a CPU with AVX-512 BF16 the CPU platform sets the Mamba state cache to float32 and carries on;"
+        " it is logged for every model, Mamba or not.",
+        "reference": f"{VLLM_SOURCE}/vllm/platforms/cpu.py (check_and_update_config: logger.warning, then float32)",
+    },
+    {
         "id": "vllm-cpu-sleep-mode-ignored",
         "class": "allowlisted",
         "pattern": r"sleep mode is not supported on CPU, ignore it",

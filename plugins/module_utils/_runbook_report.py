@@ -31,6 +31,7 @@ STAGE_REASONS = {
     "restart": "restart_failed",
     "wait": "wait_error",
     "smoke": "smoke_failed",
+    "canary": "canary_error",
     "render": "template_failed",
     "deploy": "deploy_failed",
     "verify": "unit_invalid",
@@ -192,13 +193,14 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     before = _mapping(observed.get("before"))
     failure = _failure(observed)
     smoke = _smoke(observed)
+    canary = _canary(observed)
     # a start that was ready and failed its smoke test: this invocation's journal read again after the
     # request (tasks/smoke.yml) holds the wait's lines and why the request failed
     after_smoke = _mapping(observed.get("smoke_journal"))
     journal = after_smoke if smoke["passed"] is False and "fatal" in after_smoke else wait
     deploy = _mapping(observed.get("deploy"))
     history = history_section(observed)
-    decided = _new_lines_outcome(observed, history, _restart_outcome(observed, wait, before, failure, smoke, journal))
+    decided = _new_lines_outcome(observed, history, _canary_outcome(canary, _restart_outcome(observed, wait, before, failure, smoke, journal)))
     outcome = _deploy_outcome(deploy, failure, observed, decided)
     return {
         **_named("sglang_restart", observed, outcome, failure),
@@ -220,6 +222,7 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
         "health": _with_url(wait.get("health"), _text(_setting(observed, "health_url", ""))),
         **_evidence(journal, journal.get("last_lines"), wait.get("journal_gaps")),
         "smoke_test": smoke,
+        "canary": canary,
         "budget": _setting(observed, "budget", None),
         **_deploy_sections(deploy, observed),
         **_with_history(_evidence(journal, None, None), history),
@@ -277,6 +280,8 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
             "fatal": list(wait.get("fatal") or []),
             "unrecognized": list(wait.get("unrecognized") or []),
             "last_lines": list(wait.get("last_lines") or []),
+            # the rollback start's performance canary (reported, never a failure of the rollback)
+            "canary": {key: _mapping(rollback.get("canary")).get(key) for key in ("verdict", "reason", "lines", "figures", "baseline_runs")},
         },
         "traffic": _traffic(deploy.get("traffic")),
         "repairs": [_text(repair) for repair in deploy.get("repairs") or []],
@@ -334,6 +339,35 @@ def _smoke(observed: Observed) -> dict[str, t.Any]:
         "text": first.get("text"),
         "msg": _text(result.get("msg")) or None,
     }
+
+
+def _canary(observed: Observed) -> dict[str, t.Any]:
+    """The performance canary's section: the perf_canary module's result (every sample in it), or
+    why it could not run; ``verdict`` None when it did not run."""
+    result = _mapping(observed.get("canary"))
+    enabled = bool(_setting(observed, "canary", False))
+    on_fail = _text(_setting(observed, "canary_on_fail", "fail")) or "fail"
+    section: dict[str, t.Any] = {"enabled": enabled, "on_fail": on_fail, "verdict": None, "reason": None, "lines": []}
+    if not enabled or not result or result.get("skipped"):
+        return section
+    canary = _mapping(result.get("canary"))
+    if result.get("failed") or not canary:
+        # could not run at all (no model listed, the store unwritable): reported, never a regression
+        return {**section, "verdict": "inconclusive", "reason": f"the canary could not run: {_text(result.get('msg'))}", "error": _text(result.get("msg"))}
+    keys = ("verdict", "reason", "lines", "metrics", "baseline", "baseline_runs", "becomes_baseline", "figures", "server", "samples", "model", "hardware")
+    return {**section, **{key: canary.get(key) for key in keys}, "store": result.get("store"), "problem": result.get("problem")}
+
+
+def _canary_outcome(canary: t.Mapping[str, t.Any], outcome: dict[str, str]) -> dict[str, str]:
+    """A start that passed, but whose canary failed against the baseline: ``performance_regression``
+    (only a warning in the message with ``canary_on_fail: warn``)."""
+    if outcome["verdict"] != "pass" or canary.get("verdict") != "fail":
+        return outcome
+    failing = [line for line in canary.get("lines") or [] if str(line).endswith("FAIL)")] or list(canary.get("lines") or [])
+    figures = "; ".join(str(line) for line in failing)
+    if canary.get("on_fail") == "warn":
+        return {**outcome, "msg": f"{outcome['msg']} (warning: the performance canary failed: {figures})"}
+    return {"verdict": "fail", "reason": "performance_regression", "msg": f"the start passed its gates, but is slower than the host's baseline: {figures}"}
 
 
 def _restart_outcome(

@@ -40,13 +40,19 @@ from tests.integration.test_deploy_playbook import (
 )
 
 RECORD = "/var/lib/inferops/sglang.service.json"
+PRECHECK = "playbooks/precheck_sglang.yml"
 GOOD = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL}\n"
 CRASHING = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL} SIM_SCENARIO=crash SIM_PHASE=loading_weights\n"
-# (step the controller is killed at, the new configuration, how): each case is two real runs; the two
-# whole-suite versions run every other test of this module (tests/harness/lanes.py): the newest the drain,
-# the good wait, the crashing wait and the AWX cancel, the oldest the deploy, the restore and the
-# rollback's wait. The points not run here (after the stop, after the pass, in the rollback's first step)
-# are replayed in the unit tests of the decisions (tests/unit/plugins/module_utils/test_rollout.py)
+# a good configuration whose generations take 20 s: the smoke test is still running when the controller dies
+SLOW_SMOKE = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL} SIM_GENERATE_SECONDS=20\n"
+# (step the controller is killed at, the new configuration, how): each case is two real runs (and a
+# precheck between them); the two whole-suite versions run every other test of this module
+# (tests/harness/lanes.py). How: kill = SIGKILL of ansible-playbook's process group; int = Ctrl-C (SIGINT
+# to its process group); term = SIGTERM to its process group (an execution node going away); awx = AWX's
+# cancel of an ansible-runner job (SIGINT, then SIGTERM). The points not run here (after the stop, after
+# the pass, in the rollback's first step, after a rollback passed) are replayed with every other point, for
+# a good and a crashing configuration, in the unit tests of the decisions
+# (tests/unit/plugins/module_utils/test_rollout.py).
 POINTS = [
     ("drain", GOOD, "kill"),
     ("deploy", GOOD, "kill"),
@@ -55,7 +61,11 @@ POINTS = [
     ("wait", CRASHING, "kill"),
     ("rollback_wait", CRASHING, "kill"),
     ("wait", GOOD, "awx"),
+    ("smoke", SLOW_SMOKE, "kill"),
+    ("drain", GOOD, "int"),
+    ("wait", CRASHING, "term"),
 ]
+SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM}
 
 
 def host_record(fleet: Fleet, host: str) -> dict[str, object]:
@@ -95,12 +105,12 @@ def runner_command(fleet: Fleet, extra: dict[str, object], host: str, private: P
 
 
 def stop(process: subprocess.Popen[bytes], how: str) -> None:
-    if how == "kill":
-        os.killpg(process.pid, signal.SIGKILL)
-    else:  # AWX's cancel: SIGINT to the process group, SIGTERM when it is still there a moment later
+    if how in SIGNALS:
+        os.killpg(process.pid, SIGNALS[how])
+    else:  # AWX's cancel: SIGINT to the process group, then SIGTERM when it is still there a moment later
         os.killpg(process.pid, signal.SIGINT)
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=1)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGTERM)
     try:
@@ -115,14 +125,30 @@ def stop(process: subprocess.Popen[bytes], how: str) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize(("step", "dropin", "how"), POINTS, ids=[f"{how}-at-{step}-{'good' if d == GOOD else 'crashing'}" for step, d, how in POINTS])
+def case_id(step: str, dropin: str, how: str) -> str:
+    return f"{how}-at-{step}-{'crashing' if dropin == CRASHING else 'good'}"
+
+
+def precheck_names_the_interrupted_run(run_playbook: RunPlaybook, host: str, reports: Path, step: str) -> None:
+    """What a pipeline sees before the next deploy: the host fails its precheck, naming the run and the step."""
+    checked = run_playbook(PRECHECK, extra_vars={"sglang_precheck_report_dir": str(reports)}, limit=host)
+    assert checked.returncode != 0, checked
+    data = json.loads((reports / f"{host}.precheck.json").read_text())
+    # a crashed start is named by its cause first (fatal_log); what the rollout left is said beside it
+    left = data["msg"] if data["reason"] == "interrupted_run" else data["run_record"]["left"]
+    assert data["reason"] in ("interrupted_run", "fatal_log", "unit_not_active", "health_failed"), data
+    assert f"stopped at step {step}" in left and "run the same rollout again" in left, data
+    assert f"stopped at step {step}" in flat(checked.output), checked
+
+
+@pytest.mark.parametrize(("step", "dropin", "how"), POINTS, ids=[case_id(*point) for point in POINTS])
 def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
     fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path, step: str, dropin: str, how: str
 ) -> None:
     start_with(fleet, [host])
     url = workers(fleet, [host])[host]
     with RouterStub(workers=[url], admin_key=ADMIN_KEY) as router:
-        extra = deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=dropin)
+        extra = deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=dropin, sglang_restart_smoke_test=dropin == SLOW_SMOKE)
         env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
         cmd = runner_command(fleet, extra, host, tmp_path / "runner") if how == "awx" else playbook_command(fleet, extra, host)
         output = tmp_path / "killed.out"
@@ -141,10 +167,12 @@ def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
         }
         # killed before it wrote anything or took the host out, a run leaves nothing to repair
         must_repair = left["new drop-in written"] or not left["in router"]
+        if must_repair and left["record"] not in (None, "done"):
+            precheck_names_the_interrupted_run(run_playbook, host, tmp_path / "precheck", str(left["record"]))
 
         again = run_playbook(PLAYBOOK, extra_vars=extra, limit=host)
         out = flat(again.output)
-        passes = dropin == GOOD
+        passes = dropin != CRASHING
         assert (again.returncode == 0) == passes, again
         assert url in router.registered(), (left, router.changes(), again)
         assert fleet.unit_property(host, "ActiveState") == "active"
@@ -196,3 +224,21 @@ def test_an_unchanged_configuration_whose_server_is_unhealthy_does_not_pass(flee
     data = report(tmp_path, host)
     assert data["verdict"] == "fail" and data["state"] == "unchanged", data
     assert fleet.unit_property(host, "InvocationID") == invocation
+
+
+def test_a_corrupt_run_record_is_reported_and_the_run_does_nothing_unsafe(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A record no run of this collection could have written (cut short mid-file): the deploy says so,
+    ignores it, and does its own work with the usual gates; the host ends in the router, serving the new
+    configuration, with a record of its own."""
+    start_with(fleet, [host])
+    url = workers(fleet, [host])[host]
+    fleet.ssh(host, f'mkdir -p /var/lib/inferops && printf %s \'{{"version": 1, "unit": "sglang.se\' > {RECORD}')
+    with RouterStub(workers=[url], admin_key=ADMIN_KEY) as router:
+        run = run_playbook(PLAYBOOK, extra_vars=deploy_vars(router, tmp_path, sglang_restart_dropin_content=GOOD), limit=host)
+        assert run.returncode == 0, run
+        assert url in router.registered()
+        data = report(tmp_path, host)
+        assert data["state"] == "new_configuration", data
+        assert any("run record" in str(repair) and "ignored" in str(repair) for repair in data["repairs"]), data["repairs"]
+        assert served_model(fleet, host) == NEW_MODEL
+        assert host_record(fleet, host).get("step") == "done"

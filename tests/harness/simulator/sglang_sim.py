@@ -45,6 +45,17 @@ injected there is no change of the unit's configuration, as a real server's hang
 ``SIM_GENERATE_SECONDS``   seconds each generation request (/generate, /v1/completions,
                            /v1/chat/completions) takes, default 0: a request in flight is counted
                            as running by ``/get_load``, ``/v1/loads`` and ``/metrics``
+``SIM_TTFT_SECONDS``       seconds before a generation's first token, default 0
+``SIM_TOKENS_PER_SECOND``  decode speed of one request after its first token, default 0 (no delay);
+                           with both, a request of N tokens takes TTFT + (N-1)/speed seconds, and
+                           ``/v1/completions`` with ``"stream": true`` sends its tokens as they come
+                           (server-sent events, one token an event, ``data: [DONE]`` last; the usage
+                           last but one with ``stream_options.include_usage``); ``ignore_eos``
+                           generates ``max_tokens`` tokens (else the canned answer ends first). ``/metrics`` carries
+                           the TTFT and inter-token latency histograms of the engine
+``SIM_MAX_RUNNING``        requests generated at once (SGLang's --max-running-requests, vLLM's
+                           --max-num-seqs), default 0 (no limit): the others wait for a slot, and
+                           their wait counts in their TTFT
 
 Scenarios and how they end:
 
@@ -243,6 +254,9 @@ class Config:
     peer_timeout: float = 1.5
     peer_loss: str = "exit"
     generate_seconds: float = 0.0
+    ttft_seconds: float = 0.0
+    tokens_per_second: float = 0.0
+    max_running: int = 0
     leak_api_key: bool = False
 
     @classmethod
@@ -280,6 +294,9 @@ class Config:
             health_delay=_env_float(env, "SIM_HEALTH_DELAY", SLOW_HEALTH_DEFAULT_DELAY if scenario == "slow_health" else 0.0),
             crash_after_ready=_env_float(env, "SIM_CRASH_AFTER_READY", 3.0),
             generate_seconds=_env_float(env, "SIM_GENERATE_SECONDS", 0.0),
+            ttft_seconds=_env_float(env, "SIM_TTFT_SECONDS", 0.0),
+            tokens_per_second=_env_float(env, "SIM_TOKENS_PER_SECOND", 0.0),
+            max_running=_env_int(env, "SIM_MAX_RUNNING", 0, 0),
             leak_api_key=env.get("SIM_LEAK_API_KEY", "").strip() == "1",
         )
 
@@ -817,6 +834,8 @@ class Response:
     status: int
     body: bytes = b""
     content_type: str = "application/json"
+    # a streamed answer (server-sent events): sent chunk by chunk as the iterator yields
+    chunks: Iterator[bytes] | None = None
 
 
 def json_response(status: int, payload: object) -> Response:
@@ -836,10 +855,39 @@ def _int_field(payload: Mapping[str, object], name: str, default: int) -> int:
     return value if isinstance(value, int) and value > 0 else default
 
 
-def complete(prompt: str, max_tokens: int) -> tuple[str, int, int]:
-    """A tiny deterministic completion: (text, prompt tokens, completion tokens)."""
-    words = CANNED_COMPLETION.split()[: max(1, min(max_tokens, 16))]
+def complete(prompt: str, max_tokens: int, ignore_eos: bool = False) -> tuple[str, int, int]:
+    """A tiny deterministic completion: (text, prompt tokens, completion tokens). Its end comes at the
+    end of the canned answer, unless ``ignore_eos``: then ``max_tokens`` tokens, one word each."""
+    canned = CANNED_COMPLETION.split()
+    words = [canned[n % len(canned)] for n in range(max(1, max_tokens))] if ignore_eos else canned[: max(1, min(max_tokens, 16))]
     return " " + " ".join(words), max(1, len(prompt.split())), len(words)
+
+
+# the buckets of the engines' latency histograms (seconds)
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+
+
+@dataclass
+class Histogram:
+    """A Prometheus histogram: cumulative bucket counts, sum and count."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        self.total += value
+        self.count += 1
+        for n, bound in enumerate(LATENCY_BUCKETS):
+            if value <= bound:
+                self.counts[n] += 1
+
+    def lines(self, name: str, label: str) -> list[str]:
+        inner = label[1:-1]
+        lines = [f"# HELP {name} Histogram of {name.split(':')[-1]}.", f"# TYPE {name} histogram"]
+        lines += [f'{name}_bucket{{{inner},le="{bound}"}} {float(self.counts[n])}' for n, bound in enumerate(LATENCY_BUCKETS)]
+        lines += [f'{name}_bucket{{{inner},le="+Inf"}} {float(self.count)}', f"{name}_sum{label} {self.total}", f"{name}_count{label} {float(self.count)}"]
+        return lines
 
 
 @dataclass
@@ -853,6 +901,16 @@ class ServeState:
     running_requests: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    ttft: Histogram = field(default_factory=Histogram)
+    itl: Histogram = field(default_factory=Histogram)
+    slots: threading.BoundedSemaphore | None = None
+
+    def observe(self, ttft: float | None = None, itl: float | None = None) -> None:
+        with self.lock:
+            if ttft is not None:
+                self.ttft.observe(ttft)
+            if itl is not None:
+                self.itl.observe(itl)
 
     def count_generation(self, prompt_tokens: int, generation_tokens: int) -> None:
         with self.lock:
@@ -977,22 +1035,73 @@ class SimApp:
         aggregate = {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running}
         return json_response(200, {"version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate})
 
-    def _generation(self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]) -> tuple[str, int, int] | Response:
+    def _prepare(
+        self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]
+    ) -> tuple[dict[str, object], str, int, int] | Response:
+        """(payload, text, prompt tokens, completion tokens) of a generation request, or its error."""
         if not self.state.generating.is_set():
             return json_response(503, {"object": "error", "message": "The server is not ready to generate.", "code": 503})
         payload = parse_json_object(request.body)
         if payload is None:
             return json_response(400, {"object": "error", "message": "Invalid JSON body", "code": 400})
         prompt = payload.get(prompt_field, "")
-        text, prompt_tokens, generation_tokens = complete(prompt if isinstance(prompt, str) else json.dumps(prompt), max_tokens(payload))
+        prompt_text = prompt if isinstance(prompt, str) else json.dumps(prompt)
+        return (payload, *complete(prompt_text, max_tokens(payload), ignore_eos=payload.get("ignore_eos") is True))
+
+    def _generation(self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]) -> tuple[str, int, int] | Response:
+        prepared = self._prepare(request, prompt_field, max_tokens)
+        if isinstance(prepared, Response):
+            return prepared
+        _payload, text, prompt_tokens, generation_tokens = prepared
+        for _token in self._decode(prompt_tokens, generation_tokens):
+            pass
+        return text, prompt_tokens, generation_tokens
+
+    def _decode(self, prompt_tokens: int, generation_tokens: int) -> Iterator[int]:
+        """Yields the index of each token when it is generated: after a free slot (SIM_MAX_RUNNING),
+        SIM_GENERATE_SECONDS and SIM_TTFT_SECONDS the first, then one every 1/SIM_TOKENS_PER_SECOND s.
+        Counts the request as running meanwhile, and its TTFT and gaps in the histograms."""
+        cfg = self.cfg
+        arrived = time.monotonic()
+        slots = self.state.slots
+        if slots is not None:
+            slots.acquire()
         self.state.track_running(+1)
         try:
             self.sim.log_batch(prompt_tokens)
-            time.sleep(self.cfg.generate_seconds)
+            time.sleep(cfg.generate_seconds + cfg.ttft_seconds)
+            first = last = time.monotonic()
+            self.state.observe(ttft=first - arrived)
+            yield 0
+            for n in range(1, generation_tokens):
+                if cfg.tokens_per_second > 0:
+                    time.sleep(max(0.0, first + n / cfg.tokens_per_second - time.monotonic()))
+                now = time.monotonic()
+                self.state.observe(itl=now - last)
+                last = now
+                yield n
         finally:
             self.state.track_running(-1)
+            if slots is not None:
+                slots.release()
         self.state.count_generation(prompt_tokens, generation_tokens)
-        return text, prompt_tokens, generation_tokens
+
+    def _stream(self, payload: Mapping[str, object], text: str, prompt_tokens: int, generation_tokens: int) -> Iterator[bytes]:
+        """A streamed completion as the OpenAI-compatible servers send it: one event per token."""
+        ident, created, words = f"cmpl-{uuid.uuid4().hex}", int(time.time()), text.split()
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+        def event(data: Mapping[str, object]) -> bytes:
+            return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
+
+        for n in self._decode(prompt_tokens, generation_tokens):
+            choice = {"index": 0, "text": " " + words[n], "logprobs": None, "finish_reason": "length" if n == generation_tokens - 1 else None}
+            yield event({"id": ident, "object": "text_completion", "created": created, "model": self.cfg.model, "choices": [choice]})
+        if include_usage:
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": generation_tokens, "total_tokens": prompt_tokens + generation_tokens}
+            yield event({"id": ident, "object": "text_completion", "created": created, "model": self.cfg.model, "choices": [], "usage": usage})
+        yield b"data: [DONE]\n\n"
 
     def generate(self, request: Request) -> Response:
         def max_new_tokens(payload: Mapping[str, object]) -> int:
@@ -1014,10 +1123,14 @@ class SimApp:
         return json_response(200, {"text": text, "meta_info": meta})
 
     def completions(self, request: Request) -> Response:
-        result = self._generation(request, "prompt", lambda payload: _int_field(payload, "max_tokens", 16))
-        if isinstance(result, Response):
-            return result
-        text, prompt_tokens, generation_tokens = result
+        prepared = self._prepare(request, "prompt", lambda payload: _int_field(payload, "max_tokens", 16))
+        if isinstance(prepared, Response):
+            return prepared
+        payload, text, prompt_tokens, generation_tokens = prepared
+        if payload.get("stream") is True:
+            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=self._stream(payload, text, prompt_tokens, generation_tokens))
+        for _token in self._decode(prompt_tokens, generation_tokens):
+            pass
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "matched_stop": None}
         return json_response(200, self._openai_envelope("cmpl", "text_completion", choice, prompt_tokens, generation_tokens))
 
@@ -1066,9 +1179,12 @@ class SimHandler(BaseHTTPRequestHandler):
             response = app.respond(Request(method, self.path.split("?", 1)[0], headers, body))
             self.send_response(response.status)
             self.send_header("content-type", response.content_type)
-            self.send_header("content-length", str(len(response.body)))
-            self.end_headers()
-            self.wfile.write(response.body)
+            if response.chunks is not None:
+                self._send_chunked(response.chunks)
+            else:
+                self.send_header("content-length", str(len(response.body)))
+                self.end_headers()
+                self.wfile.write(response.body)
             if app.cfg.node_rank >= 1:
                 return  # the placeholder's uvicorn logs at level warning: no access lines
             client_host, client_port = self.client_address[:2]
@@ -1077,6 +1193,21 @@ class SimHandler(BaseHTTPRequestHandler):
             )
         finally:
             app.state.track(-1)
+
+    def _send_chunked(self, chunks: Iterator[bytes]) -> None:
+        """A streamed body in HTTP/1.1 chunked transfer coding, each chunk flushed as it comes."""
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        try:
+            for chunk in chunks:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
 
 
 class SimHttpServer(ThreadingHTTPServer):
@@ -1152,7 +1283,7 @@ class Simulator:
         self.cfg = cfg
         self.console = console
         self.stop = StopFlag()
-        self.state = ServeState()
+        self.state = ServeState(slots=threading.BoundedSemaphore(cfg.max_running) if cfg.max_running else None)
         self.app = SimApp(self)
         self.http = HttpFrontend(self.app, cfg.host, cfg.port)
         self.rng = random.Random()
@@ -1340,6 +1471,9 @@ class Simulator:
         for key, (kind, help_text, value) in values.items():
             name = f"{prefix}:{names[key]}"
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+        with self.state.lock:
+            lines += self.state.ttft.lines(f"{prefix}:time_to_first_token_seconds", label)
+            lines += self.state.itl.lines(f"{prefix}:inter_token_latency_seconds", label)
         return "\n".join(lines) + "\n"
 
 

@@ -75,7 +75,8 @@ def test_pytest_collects_what_the_lane_selects() -> None:
     oldest, newest = collected("oldest", *paths).stdout, collected("newest", *paths).stdout
     assert "test_rollout.py" not in oldest and "test_filters.py::" in oldest, oldest[-2000:]
     killed = [line.split("[")[1] for line in oldest.splitlines() if "repairs_what_a_dead_controller_left[" in line]
-    assert killed == ["kill-at-deploy-good]", "kill-at-restore-good]", "kill-at-rollback_wait-crashing]"], oldest[-2000:]
+    expected = ["kill-at-deploy-good]", "kill-at-restore-good]", "kill-at-rollback_wait-crashing]", "kill-at-smoke-good]", "term-at-wait-crashing]"]
+    assert killed == expected, oldest[-2000:]
 
     def integration_tests(listing: str) -> set[str]:
         return {line for line in listing.splitlines() if line.startswith("tests/integration/")}

@@ -559,3 +559,50 @@ def test_unit_file_runs_the_simulator_like_sglang() -> None:
         "WantedBy=multi-user.target",
     ):
         assert re.search(rf"^{re.escape(setting)}$", unit, re.MULTILINE), setting
+
+
+def test_speed_knobs_are_read_from_the_scenario(sim_module: ModuleType) -> None:
+    default = sim_module.Config.from_env({})
+    assert (default.ttft_seconds, default.tokens_per_second, default.max_running) == (0.0, 0.0, 0)
+    slow = sim_module.Config.from_env({"SIM_TTFT_SECONDS": "0.5", "SIM_TOKENS_PER_SECOND": "20", "SIM_MAX_RUNNING": "2"})
+    assert (slow.ttft_seconds, slow.tokens_per_second, slow.max_running) == (0.5, 20.0, 2)
+    with pytest.raises(sim_module.ConfigError):
+        sim_module.Config.from_env({"SIM_TOKENS_PER_SECOND": "-1"})
+
+
+def test_streamed_completions_send_a_token_an_event_at_the_set_speed(start_sim: StartSim) -> None:
+    """``stream: true``: server-sent events in chunked transfer coding, each token when it is made
+    (SIM_TTFT_SECONDS, then SIM_TOKENS_PER_SECOND), ``max_tokens`` of them with ``ignore_eos``, the
+    usage last but one, ``[DONE]`` last; /metrics counts them in its TTFT and ITL histograms."""
+    sim = start_sim(SIM_TTFT_SECONDS="0.2", SIM_TOKENS_PER_SECOND="50")
+    assert sim.wait_status("/health_generate", 200, timeout=20) == 200
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+    payload = {"model": "m", "prompt": "hi there", "max_tokens": 20, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    started = time.monotonic()
+    conn.request("POST", "/v1/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("transfer-encoding") == "chunked"
+    assert response.getheader("content-type", "").startswith("text/event-stream")
+    arrivals, events = [], []
+    while line := response.readline():
+        if line.startswith(b"data: "):
+            arrivals.append(time.monotonic() - started)
+            events.append(line[6:].strip())
+    conn.close()
+    assert events[-1] == b"[DONE]"
+    usage = json.loads(events[-2])
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 20
+    tokens = [json.loads(event)["choices"][0] for event in events[:-2]]
+    assert len(tokens) == 20 and all(token["text"].startswith(" ") for token in tokens)
+    assert [token["finish_reason"] for token in tokens][-2:] == [None, "length"]
+    assert arrivals[0] >= 0.2
+    assert arrivals[19] - arrivals[0] >= 19 / 50 - 0.01
+    metrics = sim.request("GET", "/metrics")
+    assert metrics is not None
+    text = metrics[1].decode()
+    assert re.search(r'^sglang:time_to_first_token_seconds_count\{model_name="[^"]+"\} 1\.0$', text, re.MULTILINE)
+    assert re.search(r'^sglang:inter_token_latency_seconds_count\{model_name="[^"]+"\} 19\.0$', text, re.MULTILINE)
+    assert re.search(r'^sglang:time_to_first_token_seconds_bucket\{model_name="[^"]+",le="0\.1"\} 0\.0$', text, re.MULTILINE)
+    # without ignore_eos the canned answer ends early, as before
+    answer = sim.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 40})
+    assert answer is not None and json.loads(answer[1])["usage"]["completion_tokens"] == 11  # the canned answer's words

@@ -221,3 +221,25 @@ def test_vllm_gates_generate_one_token_unless_told_not_to() -> None:
     assert check({"engine": "vllm", "smoke_test": "false"})[2]["smoke_test"] is False
     assert check({"engine": "sglang", "smoke_test": True})[2]["smoke_test"] is True
     assert check({"engine": "vllm"})[2]["smoke_model"] == ""
+
+
+def test_the_canary_variables_are_checked_before_anything_is_touched() -> None:
+    problems, _rules, values = check({})
+    assert values["canary"] is False and values["canary_on_fail"] == "fail" and values["canary_thresholds"] == {}
+    problems, _rules, values = check({"canary": "yes", "canary_thresholds": "{throughput: '-5%', ttft_p90: null}", "canary_requests": "8"})
+    assert problems == [] and values["canary"] is True and values["canary_requests"] == 8
+    assert values["canary_thresholds"] == {"throughput": "-5%", "ttft_p90": None}
+    problems, _rules, _values = check(
+        {
+            "canary": True,
+            "canary_concurrency": 0,
+            "canary_on_fail": "ignore",
+            "canary_thresholds": {"throughput": "<= 5%", "latency": 3},
+            "health_url": "http://10.0.0.5:30000/health_generate",
+            "allow_remote_health": True,
+        }
+    )
+    assert "sglang_restart_canary_concurrency must be a whole number >= 1, got 0" in problems
+    assert "sglang_restart_canary_on_fail must be one of fail, warn, got 'ignore'" in problems
+    assert any(problem.startswith("sglang_restart_canary_thresholds: ") and "must be '>= N%'" in problem for problem in problems)
+    assert any("sglang_restart_canary loads the server of sglang_restart_health_url, which must then be on loopback" in problem for problem in problems)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _run_record
 from ansible_collections.inferops.runbooks.plugins.module_utils._render import cut, junit_xml, report_files, report_json, stats, summary_lines
 from tests.unit.plugins.module_utils.observations import (
     CRASHED,
@@ -170,7 +171,14 @@ def test_stats_keep_their_documented_keys() -> None:
         "rollback_invocation_id": "",
         "traffic_removed": None,
         "traffic_restored": None,
+        "repairs": [],
+        # no performance canary ran
+        "canary_verdict": None,
+        "canary_output_tokens_per_s": None,
+        "canary_baseline_output_tokens_per_s": None,
     }
+    repaired = {**crashed_restart(), "repairs": ["out of rotation since run r1 stopped at step drain: put back once the host serves"]}
+    assert stats(repaired)["repairs"] == repaired["repairs"]
     checked = stats(precheck_report())
     assert set(checked) == {"verdict", "reason", "unit", "invocation_id", "active_state", "health_status", "fatal", "unrecognized", "allowlisted", "counts"}
     assert (checked["active_state"], checked["health_status"], checked["allowlisted"]) == ("active", 200, len(precheck_report()["allowlisted"]))
@@ -216,3 +224,26 @@ def test_the_drain_line_says_what_the_load_endpoint_answered(drain: dict[str, An
     traffic = {"removed": False, "restored": False, "drain": {"load_url": "http://127.0.0.1:30000/get_load", **drain}}
     report = restart_report(deploy={"state": "restarted", "restart_needed": True, "traffic": traffic})
     assert expected in summary_lines(report, None)
+
+
+def left_by_a_killed_rollout() -> dict[str, Any]:
+    """The run_record module's result on a host whose rollout was killed during its wait (out of the router)."""
+    traffic = {"out": True, "router_url": "http://r:8080", "worker": {"url": "http://h:30000"}}
+    record = _run_record.advance(None, UNIT, "run-7", "drain", {"traffic": traffic}, now=1)
+    return {"record": _run_record.advance(record, UNIT, "run-7", "wait", now=2), "problem": None}
+
+
+def test_a_precheck_fails_a_host_an_interrupted_rollout_left_naming_the_run_and_the_step() -> None:
+    report = precheck_report(record=left_by_a_killed_rollout())
+    assert (report["verdict"], report["reason"]) == ("fail", "interrupted_run")
+    assert "out of rotation (run run-7 stopped at step wait); run the same rollout again" in report["msg"]
+    assert not any(line.startswith("also:") for line in summary_lines(report)), "said once, in the message"
+    # a healthy host whose last rollout settled passes
+    settled = _run_record.advance(left_by_a_killed_rollout()["record"], UNIT, "run-8", "done", {"traffic": {"out": False}}, now=3)
+    assert precheck_report(record={"record": settled, "problem": None})["verdict"] == "pass"
+
+
+def test_a_precheck_that_fails_for_its_cause_still_says_what_the_rollout_left() -> None:
+    report = precheck_report(record=left_by_a_killed_rollout(), probe=probe_result(status=None, error="connection refused", active="failed", sub="failed"))
+    assert report["reason"] == "unit_not_active"
+    assert f"also: {HOST} is out of rotation (run run-7 stopped at step wait); run the same rollout again to repair it" in summary_lines(report)

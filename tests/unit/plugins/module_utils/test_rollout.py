@@ -25,29 +25,28 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def killed_at(step: str, written: bool = True) -> dict[str, Any]:
-    """The record a run leaves when it is killed right after writing ``step`` (deploy, drain, restart...)."""
-    order = ["drain", "deploy", "restart", "wait", "passed", "rollback", "rollback_wait", "rolled_back", "restore"]
-    record = _run_record.advance(
-        None, UNIT, "run-1", "drain", {"traffic": {"out": True, "router_url": "http://router:8080", "worker": WORKER, "hooks": False}}, now=1
-    )
-    if order.index(step) >= order.index("deploy"):
-        change = {"files": [{"path": DROPIN, "kind": "drop-in", "existed": True, "previous_sha256": sha(OLD), "new_sha256": sha(NEW)}], "proven": False}
-        record = _run_record.advance(record, UNIT, "run-1", "deploy", {"change": change}, now=2)
-    if order.index(step) >= order.index("restart"):
-        record = _run_record.advance(record, UNIT, "run-1", "restart", {"before_invocation": "inv-old"}, now=3)
+# the steps in the order the role writes them (deploy.yml, drain.yml, restart.yml, wait.yml, smoke.yml,
+# main.yml, rollback.yml, restore.yml): the change is written before the host leaves the rotation
+ORDER = ["deploy", "drain", "restart", "wait", "smoke", "passed", "rollback", "rollback_wait", "rolled_back", "restore"]
+
+
+def killed_at(step: str) -> dict[str, Any]:
+    """The record a run leaves when it is killed right after writing ``step``."""
+    change = {"files": [{"path": DROPIN, "kind": "drop-in", "existed": True, "previous_sha256": sha(OLD), "new_sha256": sha(NEW)}], "proven": False}
+    updates: dict[str, dict[str, Any]] = {
+        "deploy": {"change": change},
+        "drain": {"traffic": {"out": True, "router_url": "http://router:8080", "worker": WORKER, "hooks": False}},
+        "restart": {"before_invocation": "inv-old"},
+        "passed": {"change_flags": {"proven": True}},
+        "rolled_back": {"change_flags": {"settled": True}},
+    }
     rolling_back = step in ("rollback", "rollback_wait", "rolled_back")
-    for later in ("wait", "passed", "rollback", "rollback_wait", "rolled_back", "restore"):
-        if later == "passed" and rolling_back:
+    record = None
+    for index, taken in enumerate(ORDER[: ORDER.index(step) + 1]):
+        if taken in ("smoke", "passed") and rolling_back:
             continue  # a change rolled back never passed
-        if order.index(step) >= order.index(later):
-            updates: dict[str, Any] = {}
-            if later == "passed":
-                updates = {"change_flags": {"proven": True}}
-            if later == "rolled_back":
-                updates = {"change_flags": {"settled": True}}
-            record = _run_record.advance(record, UNIT, "run-1", later, updates, now=4)
-    assert record["step"] == step
+        record = _run_record.advance(record, UNIT, "run-1", taken, updates.get(taken, {}), now=index + 1)
+    assert record is not None and record["step"] == step
     return record
 
 
@@ -70,20 +69,26 @@ def test_no_record_and_a_settled_record_repair_nothing() -> None:
 
 
 def test_killed_after_the_drain_record_the_host_goes_back_once_it_serves() -> None:
-    plan = _rollout.reconcile(killed_at("drain"), None, host(OLD, None), unit(), REQUESTED)
+    plan = _rollout.reconcile(killed_at("drain"), None, host(NEW), unit(), REQUESTED)
     assert plan["pending"] and plan["out_of_rotation"]
     assert plan["worker"] == {"url": WORKER["url"], "priority": 50}, "never the API key"
     assert plan["router_url"] == "http://router:8080"
-    assert plan["unproven"] == [] and not plan["inflight"]
+    assert plan["unproven"] == [{"path": DROPIN, "existed": True}], "the files were written before the drain"
+    assert not plan["inflight"]
 
 
 @pytest.mark.parametrize("written", [True, False])
 def test_killed_while_the_files_were_written(written: bool) -> None:
     """A file written is an unproven change (its backup kept, its start still to pass); a file not
-    yet written is this run's own change again."""
+    yet written is this run's own change again. The host is still in rotation."""
     plan = _rollout.reconcile(killed_at("deploy"), None, host(NEW if written else OLD), unit(), REQUESTED)
     assert plan["unproven"] == ([{"path": DROPIN, "existed": True}] if written else [])
-    assert not plan["inflight"] and plan["foreign"] == []
+    assert not plan["inflight"] and plan["foreign"] == [] and not plan["out_of_rotation"]
+
+
+def test_killed_during_the_smoke_test_the_start_is_waited_on_and_tested_again() -> None:
+    plan = _rollout.reconcile(killed_at("smoke"), None, host(NEW), unit("active", "inv-new"), REQUESTED)
+    assert plan["inflight"] and plan["out_of_rotation"] and plan["unproven"]
 
 
 def test_killed_after_the_stop_the_unit_is_started_not_waited_on() -> None:
@@ -179,9 +184,128 @@ def test_a_failure_before_the_stop_serves_the_old_start_unless_it_runs_an_unprov
     assert not _rollout.decide({**before_stop, "unproven_in_place": True})["restore_wanted"]
 
 
+def test_a_change_whose_canary_failed_is_rolled_back_as_a_performance_regression() -> None:
+    slow = {"change_requested": True, "change_pending": True, "deploy_applied": True, "stopped": True, "out_of_rotation": True}
+    slow = {**slow, "new_start_failed": False, "canary_failed": True}
+    decision = _rollout.decide(slow)
+    assert decision["rollback_wanted"] and decision["rollback_reason"] == "performance_regression"
+    # healthy but slower: not back into rotation until the previous configuration passed again
+    assert not decision["serving"] and not decision["restore_wanted"] and decision["state"] == "rollback_failed"
+    rolled_back = _rollout.decide({**slow, "rollback_restarted": True, "rollback_passed": True})
+    assert rolled_back["serving"] and rolled_back["restore_wanted"] and rolled_back["state"] == "rolled_back"
+    # a start that failed its gates is a failed start, whatever its canary said
+    assert _rollout.decide({**slow, "new_start_failed": True})["rollback_reason"] == "start_failed"
+    assert _rollout.decide({**slow, "canary_failed": False})["rollback_reason"] is None
+    # told not to roll back: the slower change stays and serves (the host still fails, in the report)
+    kept = _rollout.decide({**slow, "rollback_enabled": False})
+    assert not kept["rollback_wanted"] and kept["serving"] and kept["restore_wanted"] and kept["state"] == "new_configuration"
+
+
+def test_a_plain_restart_whose_canary_failed_has_nothing_to_roll_back_and_still_serves() -> None:
+    decision = _rollout.decide({"stopped": True, "new_start_failed": False, "canary_failed": True, "out_of_rotation": True})
+    assert not decision["rollback_wanted"] and decision["rollback_reason"] is None
+    assert decision["serving"] and decision["restore_wanted"] and decision["state"] == "restarted"
+
+
 def test_check_mode_decides_nothing() -> None:
     decision = _rollout.decide({"check_mode": True, "change_requested": True, "change_pending": True, "out_of_rotation": True})
     assert decision["state"] == "check_mode" and not decision["restore_wanted"] and not decision["rollback_wanted"]
+    assert not decision["record_wanted"]
+
+
+@pytest.mark.parametrize(
+    ("observed", "wanted"),
+    [
+        ({"stopped": True}, False),  # a plain restart without a router keeps no record
+        ({"stopped": True, "traffic_managed": True}, True),
+        ({"change_requested": True}, True),
+        ({"stopped": True, "repairs_pending": True}, True),
+    ],
+)
+def test_a_record_is_kept_when_the_run_can_leave_something_to_undo(observed: dict[str, Any], wanted: bool) -> None:
+    assert _rollout.decide(observed)["record_wanted"] is wanted
+
+
+def test_where_the_record_settles() -> None:
+    passed = {"change_requested": True, "change_pending": True, "deploy_applied": True, "stopped": True, "out_of_rotation": True}
+    assert _rollout.decide(passed)["settled_step"] == "done"
+    assert _rollout.decide({**passed, "restore_failed": True})["settled_step"] == "restore", "serving but still out of rotation"
+    failed = {**passed, "new_start_failed": True}
+    assert _rollout.decide(failed)["settled_step"] == "rollback_failed"
+    assert _rollout.decide({**failed, "rollback_enabled": False})["settled_step"] == "failed"
+    assert _rollout.decide({**failed, "rollback_restarted": True, "rollback_passed": True})["settled_step"] == "done"
+    assert _rollout.decide({"stopped": True})["settled_step"] == "done", "in rotation all along"
+
+
+def test_a_rollback_cut_short_forces_the_restart_even_with_the_change_in_place() -> None:
+    in_place = {"change_requested": True, "change_pending": False, "unit_active": True}
+    assert not _rollout.decide(in_place)["restart_needed"]
+    assert _rollout.decide({**in_place, "rollback_unfinished": True})["restart_needed"]
+
+
+def replay(step: str, files: dict[str, dict[str, Any]], state: dict[str, Any], start_fails: bool) -> dict[str, Any]:
+    """The next run after a kill at ``step``: its plan from the record, then its decision once its own
+    start (or the start it waited on) passed or failed, as the role's vars gather them."""
+    plan = _rollout.reconcile(killed_at(step), None, files, state, REQUESTED)
+    if plan["restore_files"]:
+        files = host(OLD)  # reconcile_rollback.yml puts the previous files back first
+    pending = files[DROPIN]["sha256"] != sha(NEW) or bool(plan["unproven"])
+    observed = {
+        "change_requested": True,
+        "change_pending": pending,
+        "rollback_unfinished": bool(plan["restore_files"]),
+        "inflight": plan["inflight"],
+        "unit_active": state["ActiveState"] == "active",
+        "deploy_applied": pending,
+        "stopped": pending or bool(plan["restore_files"]),
+        "out_of_rotation": plan["out_of_rotation"],
+        "traffic_managed": True,
+        "repairs_pending": plan["pending"],
+        "unproven_in_place": bool(plan["unproven"]),
+    }
+    decision = _rollout.decide(observed)
+    if decision["verify_in_place"]:
+        observed["verified"] = not start_fails
+    observed["new_start_failed"] = start_fails
+    if start_fails and _rollout.decide(observed)["rollback_wanted"]:
+        observed.update(rollback_restarted=True, rollback_passed=True)
+    return {"plan": plan, **_rollout.decide(observed)}
+
+
+KILL_POINTS = [
+    ("deploy", host(NEW), unit()),
+    ("deploy", host(OLD), unit()),
+    ("drain", host(NEW), unit()),
+    ("restart", host(NEW), unit("inactive")),
+    ("wait", host(NEW), unit("activating", "inv-new")),
+    ("wait", host(NEW), unit("failed", "inv-new")),
+    ("smoke", host(NEW), unit("active", "inv-new")),
+    ("passed", host(NEW), unit("active", "inv-new")),
+    ("rollback", host(NEW), unit("failed", "inv-new")),
+    ("rollback_wait", host(OLD), unit("activating", "inv-3")),
+    ("rolled_back", host(OLD), unit("active", "inv-3")),
+    ("restore", host(NEW), unit("active", "inv-new")),
+]
+# a crashing configuration at every point but those after its start passed
+REPLAYS = [(*point, fails) for point in KILL_POINTS for fails in (False, True) if not (fails and point[0] in ("passed", "restore"))]
+
+
+REPLAY_IDS = [f"{step}-{state['ActiveState']}-{'crashing' if fails else 'good'}" for step, _, state, fails in REPLAYS]
+
+
+@pytest.mark.parametrize(("step", "files", "state", "start_fails"), REPLAYS, ids=REPLAY_IDS)
+def test_every_kill_point_ends_serving_in_rotation_with_the_record_settled(
+    step: str, files: dict[str, dict[str, Any]], state: dict[str, Any], start_fails: bool
+) -> None:
+    """Whatever step the earlier run died at, the next run ends with the host serving a configuration that
+    passed, back in rotation if it was taken out, and its record settled (done): never left drained."""
+    outcome = replay(step, files, state, start_fails)
+    assert outcome["serving"], outcome
+    assert outcome["restore_wanted"] or not outcome["plan"]["out_of_rotation"], outcome
+    assert outcome["settled_step"] == "done", outcome
+    assert outcome["record_wanted"]
+    expected = {"rolled_back"} if start_fails else {"new_configuration", "unchanged"}
+    assert outcome["state"] in expected, outcome
 
 
 # -- the record itself ------------------------------------------------------------------------

@@ -278,3 +278,99 @@ def test_a_start_that_dies_on_its_smoke_test_shows_the_journal_read_after_it() -
     # a smoke test that passed keeps the wait's evidence, whatever was read after it
     passed = restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": [{"text": " Paris"}]}}, smoke_journal=after)
     assert passed["verdict"] == "pass" and passed["fatal"] == []
+
+
+# -- the performance canary -----------------------------------------------------------------------
+
+
+def canary_result(tps: float, baseline_tps: float | None = 1604.0) -> dict[str, Any]:
+    """What the perf_canary module returns for a load of ``tps`` output tokens/s, judged against one
+    baseline canary of ``baseline_tps`` (none when None)."""
+    from ansible_collections.inferops.runbooks.plugins.module_utils import _canary
+
+    figures = {
+        "requests": 16,
+        "ok_requests": 16,
+        "errors": 0,
+        "error_examples": [],
+        "output_tokens": 2048,
+        "wall_s": 2048 / tps,
+        "output_tokens_per_s": tps,
+        "ttft_median_s": 0.3,
+        "ttft_p90_s": 0.4,
+        "itl_median_s": 0.01,
+        "itl_p90_s": 0.012,
+        "itl_samples": 2032,
+    }
+    history = (
+        []
+        if baseline_tps is None
+        else [{"host": HOST, "hardware": "8x NVIDIA H200", "model": "m", "baseline": True, "figures": {**figures, "output_tokens_per_s": baseline_tps}}]
+    )
+    verdict = _canary.judge(figures, history, HOST, "8x NVIDIA H200", "m")
+    canary = {**verdict, "figures": figures, "server": None, "samples": [{"index": 0, "ok": True}], "model": "m", "hardware": "8x NVIDIA H200"}
+    return {"changed": True, "canary": canary, "store": "/var/lib/inferops/sglang.service.canary.json", "problem": None}
+
+
+def test_a_start_slower_than_its_baseline_fails_as_a_performance_regression() -> None:
+    report = restart_report(options=options(canary=True, canary_on_fail="fail"), canary=canary_result(812))
+    assert (report["verdict"], report["reason"]) == ("fail", "performance_regression")
+    assert report["msg"] == "the start passed its gates, but is slower than the host's baseline: decode 812 tok/s (baseline 1,604, -49%: FAIL)"
+    assert report["canary"]["verdict"] == "fail" and report["canary"]["samples"] == [{"index": 0, "ok": True}]
+    lines = summary_lines(report)
+    assert "performance canary: FAIL, against the median of 1 baseline canary - slower than the baseline: decode" in lines
+    assert "  decode 812 tok/s (baseline 1,604, -49%: FAIL)" in lines
+    assert "  TTFT p90 400 ms (baseline 400 ms, +0%: ok)" in lines
+    figures = stats(report)
+    assert (figures["canary_verdict"], figures["canary_output_tokens_per_s"], figures["canary_baseline_output_tokens_per_s"]) == ("fail", 812, 1604)
+
+
+def test_a_failed_canary_only_warns_when_told_to() -> None:
+    report = restart_report(options=options(canary=True, canary_on_fail="warn"), canary=canary_result(812))
+    assert (report["verdict"], report["reason"]) == ("pass", "ready")
+    assert report["msg"].endswith("(warning: the performance canary failed: decode 812 tok/s (baseline 1,604, -49%: FAIL))")
+    assert any(line.startswith("performance canary: FAIL") and "warning only" in line for line in summary_lines(report))
+
+
+def test_a_canary_within_its_thresholds_or_without_a_baseline_passes_the_start() -> None:
+    passed = restart_report(options=options(canary=True), canary=canary_result(1580))
+    assert (passed["verdict"], passed["canary"]["verdict"]) == ("pass", "pass")
+    assert "  decode 1,580 tok/s (baseline 1,604, -1%: ok)" in summary_lines(passed)
+    first = restart_report(options=options(canary=True), canary=canary_result(1580, baseline_tps=None))
+    assert (first["verdict"], first["canary"]["verdict"], first["canary"]["becomes_baseline"]) == ("pass", "inconclusive", True)
+    lines = summary_lines(first)
+    assert any(line.startswith("performance canary: INCONCLUSIVE - no baseline yet for m on") for line in lines)
+    assert "  decode 1,580 tok/s" in lines
+
+
+def test_a_canary_that_could_not_run_is_inconclusive_never_a_failure() -> None:
+    broken = {"failed": True, "msg": "perf_canary: the canary cannot run: /v1/models answered 401"}
+    report = restart_report(options=options(canary=True), canary=broken)
+    assert report["verdict"] == "pass"
+    assert report["canary"]["verdict"] == "inconclusive" and "answered 401" in report["canary"]["reason"]
+
+
+def test_no_canary_section_without_the_canary() -> None:
+    report = restart_report(canary={"changed": False, "skipped": True})
+    assert report["canary"] == {"enabled": False, "on_fail": "fail", "verdict": None, "reason": None, "lines": []}
+    assert not any(line.startswith("performance canary") for line in summary_lines(report))
+
+
+def test_a_change_rolled_back_for_its_canary_shows_both_canaries() -> None:
+    rollback_canary = canary_result(1590)["canary"]
+    deploy = {
+        "state": "rolled_back",
+        "restart_needed": True,
+        "deploy": {"requested": True, "changed": True, "applied": True, "files": []},
+        "rollback": {"enabled": True, "attempted": True, "files_restored": True, "restarted": True, "wait": wait_result(), "canary": rollback_canary},
+        "traffic": {},
+        "repairs": [],
+    }
+    report = restart_report(options=options(canary=True), canary=canary_result(812), deploy=deploy)
+    assert (report["verdict"], report["reason"], report["state"]) == ("fail", "performance_regression", "rolled_back")
+    assert report["rollback"]["verdict"] == "pass" and report["rollback"]["canary"]["verdict"] == "pass"
+    lines = summary_lines(report)
+    assert lines[0].startswith(f"{HOST} {UNIT}: FAIL (performance_regression): rolled back, serving the previous configuration again")
+    assert lines[1].startswith("new configuration: FAIL (performance_regression)")
+    assert "  decode 812 tok/s (baseline 1,604, -49%: FAIL)" in lines
+    assert lines[lines.index("rollback canary: PASS") + 1] == "  decode 1,590 tok/s (baseline 1,604, -1%: ok)"
