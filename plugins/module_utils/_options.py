@@ -72,6 +72,8 @@ WAIT_OPTIONS: Spec = {
     "node_rank": {"type": "int", "default": 0},
     "peers": {"type": "dict", "default": {}},
     "channel": {"type": "str"},
+    # the host's recent good starts (start_history's good_starts): phases and total of each, for an ETA
+    "history_starts": {"type": "list", "elements": "dict", "default": []},
 }
 
 
@@ -123,6 +125,11 @@ FLOORS: dict[str, Floor] = {
     "smoke_timeout": WHOLE_SECONDS,
     "router_timeout": WHOLE_SECONDS,
     "drain_timeout": WHOLE_SECONDS,
+    "history_size": Floor(1, True, "a whole number"),
+    "history_min_good": Floor(1, True, "a whole number"),
+    "history_stall_factor": Floor(1, True, "a number"),
+    "history_stall_floor": SECONDS,
+    "history_slow_ratio": Floor(1, True, "a number"),
     "canary_requests": Floor(1, True, "a whole number"),
     "canary_concurrency": Floor(1, True, "a whole number"),
     "canary_prompt_tokens": Floor(1, True, "a whole number"),
@@ -243,6 +250,14 @@ ROLE_ONLY_OPTIONS: Spec = {
     "drain_timeout": {"type": "int", "default": 300},
     "drain_hooks": {"type": "list", "elements": "str", "default": []},
     "restore_hooks": {"type": "list", "elements": "str", "default": []},
+    # the start history on the host (module_utils/_history): learned stall limits, ETA, slow phases, new lines
+    "history": {"type": "bool", "default": True},
+    "history_size": {"type": "int", "default": 20},
+    "history_min_good": {"type": "int", "default": 3},
+    "history_stall_factor": {"type": "float", "default": 1.5},
+    "history_stall_floor": {"type": "float", "default": 60},
+    "history_slow_ratio": {"type": "float", "default": 2},
+    "fail_on_new": {"type": "bool", "default": False},
     # the performance canary after the gates (module_utils/_canary); its URL is the health URL's server
     "canary": {"type": "bool", "default": False},
     "canary_requests": {"type": "int", "default": 16},
@@ -252,6 +267,7 @@ ROLE_ONLY_OPTIONS: Spec = {
     "canary_thresholds": {"type": "dict", "default": {}},
     "canary_on_fail": {"type": "str", "default": "fail", "choices": ["fail", "warn"]},
 }
+HISTORY_OPTIONS = ("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "fail_on_new")
 CANARY_OPTIONS = ("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens", "canary_thresholds", "canary_on_fail")
 # vLLM's /health answers 200 while the engine cannot generate (a model its CPU attention does not
 # support dies on the first request): its gates generate one token unless told not to
@@ -278,9 +294,14 @@ ROLE_SPECS: dict[str, Spec] = {
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
         *DEPLOY_OPTIONS,
+        *HISTORY_OPTIONS,
         *CANARY_OPTIONS,
     ),
-    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health", "redact", "journal_grep", "incremental"),
+    "sglang_precheck": _pick(
+        *_CLASSIFIED_LOOK,
+        *("report_dir", "allow_remote_health", "redact", "journal_grep", "incremental"),
+        *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new"),
+    ),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.

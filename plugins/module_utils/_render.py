@@ -23,6 +23,8 @@ import time
 import typing as t
 import xml.etree.ElementTree as ET
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+
 Report = t.Mapping[str, t.Any]
 
 MSG_LIMIT = 400
@@ -287,6 +289,7 @@ def summary_lines(report: Report, report_dir: str = "") -> list[str]:
     lines += _problems(report)
     lines += _unit(report)
     lines += _phases(report)
+    lines += history_lines(report)
     lines += _health(report)
     if _journal_was_read(report):
         lines += _journal(report)
@@ -480,6 +483,43 @@ def _phases(report: Report) -> list[str]:
     return []
 
 
+def history_lines(report: Report) -> list[str]:
+    """What the host's start history says: the baseline, slow phases, learned stall limits, new groups."""
+    history = report.get("history")
+    if not isinstance(history, t.Mapping):
+        return []
+    lines = []
+    if history.get("problem"):
+        lines.append(f"start history: {cut(history['problem'], LINE_LIMIT)}")
+    if "good_starts" not in history:
+        return lines
+    good = int(history.get("good_starts") or 0)
+    span = ""
+    if history.get("low") is not None and history.get("high") is not None:
+        low, high = _history.human(float(history["low"])), _history.human(float(history["high"]))
+        span = f" ({low})" if low == high else f" ({low}-{high})"
+    recorded = ", this start recorded" if history.get("recorded") else ""
+    lines.append(f"start history: {good} good start(s) on this configuration{span} of {history.get('starts', 0)} kept{recorded}")
+    lines += [f"  slow: {item.get('text')}" for item in history.get("slow") or [] if isinstance(item, t.Mapping)]
+    limits = history.get("stall_limits") or {}
+    learned = [
+        f"{phase.replace('_', ' ')} {_history.human(float(limit.get('limit') or 0))} ({limit.get('detail')})"
+        for phase, limit in limits.items()
+        if isinstance(limit, t.Mapping) and limit.get("source") == "learned"
+    ]
+    if learned:
+        lines.append("  stall limits learned: " + "; ".join(learned))
+    new = history.get("new_unrecognized") or []
+    if new:
+        lines.append(f"  new since the last good starts: {len(new)} unrecognized line group(s), listed first below")
+    return lines
+
+
+def _seen(event: t.Mapping[str, t.Any]) -> str:
+    seen = event.get("history")
+    return f" ({seen.get('text')})" if isinstance(seen, t.Mapping) and seen.get("text") else ""
+
+
 def _health(report: Report) -> list[str]:
     health = report.get("health")
     if not health:
@@ -537,7 +577,7 @@ def evidence_lines(report: Report) -> list[str]:
         total = sum(int(event.get("count") or 0) for event in allowlisted)
         lines.append(f"allowlisted: {len(allowlisted)} kind(s), {total} line(s)")
         for event in allowlisted[:ALLOWLISTED_SHOWN]:
-            lines.append(f"  [{event.get('rule')}] x{event.get('count')}{_ranks(event)}: {cut(event.get('message'), SHORT_LIMIT)}")
+            lines.append(f"  [{event.get('rule')}] x{event.get('count')}{_ranks(event)}: {cut(event.get('message'), SHORT_LIMIT)}{_seen(event)}")
     else:
         lines.append("allowlisted: none")
     unrecognized = report.get("unrecognized") or []
@@ -545,7 +585,7 @@ def evidence_lines(report: Report) -> list[str]:
         how = "strict mode: failing" if report.get("strict") else "reported, not failing"
         lines.append(f"unrecognized ({how}): {len(unrecognized)}")
         for event in unrecognized[:UNRECOGNIZED_SHOWN]:
-            lines.append(f"  x{event.get('count')}{_ranks(event)}{_where(event)}: {cut(event.get('message'), LINE_LIMIT)}")
+            lines.append(f"  x{event.get('count')}{_ranks(event)}{_where(event)}: {cut(event.get('message'), LINE_LIMIT)}{_seen(event)}")
             if event.get("suggested_rule") is not None:
                 lines.append(f"    suggested rule for {report.get('role')}_extra_rules: {json.dumps(event['suggested_rule'])}")
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _rollout
 
 Report = t.Dict[str, t.Any]
 Observed = t.Mapping[str, t.Any]
@@ -199,7 +199,9 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     after_smoke = _mapping(observed.get("smoke_journal"))
     journal = after_smoke if smoke["passed"] is False and "fatal" in after_smoke else wait
     deploy = _mapping(observed.get("deploy"))
-    outcome = _deploy_outcome(deploy, failure, observed, _canary_outcome(canary, _restart_outcome(observed, wait, before, failure, smoke, journal)))
+    history = history_section(observed)
+    decided = _new_lines_outcome(observed, history, _canary_outcome(canary, _restart_outcome(observed, wait, before, failure, smoke, journal)))
+    outcome = _deploy_outcome(deploy, failure, observed, decided)
     return {
         **_named("sglang_restart", observed, outcome, failure),
         "failed_stage": failure.get("stage") if failure else None,
@@ -223,6 +225,8 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
         "canary": canary,
         "budget": _setting(observed, "budget", None),
         **_deploy_sections(deploy, observed),
+        **_with_history(_evidence(journal, None, None), history),
+        "history": history,
     }
 
 
@@ -449,6 +453,8 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
         "first_fatal": _first_fatal(journal.get("fatal")),
         "run_record": _run_record_section(observed),
         **_evidence(journal, journal.get("tail"), [journal.get("gap")]),
+        **_with_history(_evidence(journal, None, None), history_section(observed)),
+        "history": history_section(observed),
     }
 
 
@@ -595,11 +601,79 @@ def _interrupted_run(observed: Observed, look: _Look, unit: str, host: str) -> t
     return None if left is None else ("interrupted_run", f"{host} is {left}")
 
 
+def _new_lines(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """With fail_on_new: an unrecognized line group in none of this host's recent good starts."""
+    history = history_section(observed)
+    if not (_setting(observed, "fail_on_new", False) and history and history["new_unrecognized"]):
+        return None
+    return "new_lines", _new_lines_msg(unit, history)
+
+
 _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None], ...] = (
     _fatal_log,
     _unit_not_active,
     _health_failed,
     _not_ready,
     _unrecognized_strict,
+    _new_lines,
     _interrupted_run,
 )
+
+
+# -- the start history (module start_history) -------------------------------------------------------
+
+
+def history_section(observed: Observed) -> dict[str, t.Any] | None:
+    """What the host's start history said about this start: the recorded start's slow phases and new
+    line groups (``history``, after the verdict), the stall limits the wait used and where each came
+    from (``history_before``, read before the wait); None when the history was off or never read."""
+    after, before = _mapping(observed.get("history")), _mapping(observed.get("history_before"))
+    if "config" not in after and "config" not in before:
+        problem = _text(after.get("msg") or before.get("msg")).strip()
+        return {"problem": f"the start history could not be used: {problem}"} if problem else None
+    summary = _mapping(after.get("summary")) or _mapping(before.get("summary"))
+    baseline = _mapping(summary.get("baseline"))
+    return {
+        "path": after.get("path") or before.get("path"),
+        "problem": after.get("problem") or before.get("problem"),
+        "config": after.get("config") or before.get("config"),
+        "recorded": bool(after.get("added")),
+        "starts": after.get("starts", before.get("starts", 0)),
+        "good_starts": int(summary.get("good_starts") or 0),
+        "low": baseline.get("low"),
+        "high": baseline.get("high"),
+        "slow": list(summary.get("slow") or []),
+        "templates": _mapping(summary.get("templates")),
+        "new_unrecognized": list(summary.get("new_unrecognized") or []),
+        "stall_limits": _mapping(before.get("stall_limits")),
+    }
+
+
+def _with_history(evidence: Report, history: t.Mapping[str, t.Any] | None) -> Report:
+    """The line groups, each with what the history says of its template (``seen in 9 of the last 9
+    good starts``, new, only in failed starts); unrecognized groups that are new first."""
+    templates = _mapping((history or {}).get("templates"))
+    if not templates:
+        return {}
+    marked: Report = {}
+    for event_class in ("fatal", "allowlisted", "unrecognized"):
+        events = []
+        for event in evidence.get(event_class) or []:
+            seen = templates.get(_history.template(_text(_mapping(event).get("message"))))
+            events.append({**event, "history": seen} if seen else dict(event))
+        if event_class == "unrecognized":
+            events.sort(key=lambda event: _mapping(event.get("history")).get("status") not in ("new", "failed_only"))
+        marked[event_class] = events
+    return marked
+
+
+def _new_lines_msg(unit: str, history: t.Mapping[str, t.Any]) -> str:
+    new = history["new_unrecognized"]
+    return f"{unit} logged {len(new)} unrecognized line group(s) new since its last {history['good_starts']} good start(s) (fail_on_new), first: {new[0]}"
+
+
+def _new_lines_outcome(observed: Observed, history: t.Mapping[str, t.Any] | None, outcome: dict[str, str]) -> dict[str, str]:
+    """A start that passed fails with fail_on_new when it logged an unrecognized line group that is new."""
+    if outcome.get("verdict") != "pass" or not (_setting(observed, "fail_on_new", False) and history and history.get("new_unrecognized")):
+        return outcome
+    return {"verdict": "fail", "reason": "new_lines", "msg": _new_lines_msg(_text(_setting(observed, "unit", "the unit")), history)}

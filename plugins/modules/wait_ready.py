@@ -93,6 +93,16 @@ options:
         C(allocating_kv_cache), C(capturing_cuda_graphs), C(warming_up), C(ready)), values seconds.
     type: dict
     default: {}
+  history_starts:
+    description:
+      - The host's recent good starts of this unit on its current configuration, each with C(phases) (phase to
+        seconds) and C(total) - RV(inferops.runbooks.start_history#module:good_starts).
+      - "With them every progress line carries the expected time left, recalibrated at each phase - the medians of
+        the phases still to come plus what the current phase usually has left (C(about 6m left) and the range of
+        the last good starts, as C(last 5 good starts: 8m02s-9m40s))."
+    type: list
+    elements: dict
+    default: []
   health_successes:
     description:
       - Consecutive HTTP 200 answers of the health endpoint needed before the soak starts.

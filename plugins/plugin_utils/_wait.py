@@ -28,6 +28,7 @@ import random
 import typing as t
 from collections import deque
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import identity
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import (
@@ -81,6 +82,8 @@ class Settings:
     deployment: str | None = None
     node_rank: int = 0
     peers: t.Mapping[str, int] = dataclasses.field(default_factory=dict)  # the deployment's other nodes: host -> rank
+    # the host's recent good starts on this configuration (start_history's good_starts): an ETA in the progress lines
+    history_starts: t.Sequence[t.Mapping[str, t.Any]] = ()
 
     @classmethod
     def from_args(cls, args: t.Mapping[str, t.Any], host: str) -> Settings:
@@ -588,7 +591,15 @@ class Wait:
         self._last_status, self._last_shown = text, self.now
         allowlisted = (self.total.get("counts") or {}).get("allowlisted", 0)
         extra = f", {allowlisted} lines allowlisted" if allowlisted else ""
-        self.messages.append(f"{self.settings.node()}: {self.settings.unit} {text}, {human(self.elapsed())} elapsed{extra}")
+        self.messages.append(f"{self.settings.node()}: {self.settings.unit} {text}, {human(self.elapsed())} elapsed{self._eta()}{extra}")
+
+    def _eta(self) -> str:
+        """``, about 6m left (last 5 good starts: 8m02s-9m40s)`` from the host's start history; "" without one."""
+        phase = self.total["phase"]
+        if not self.settings.history_starts or not self.timeline or phase == "ready" or self.outcome is not None:
+            return ""
+        found = _history.eta(self.settings.history_starts, phase, self.elapsed() - self.timeline[-1]["started"])
+        return f", {found['text']}" if found else ""
 
     def take_messages(self) -> list[str]:
         messages, self.messages = self.messages, []

@@ -65,6 +65,8 @@ CGROUP_HIERARCHIES = ("systemd", "unified")
 NSPAWN_RUN = Path("/run/systemd/nspawn")
 HEALTH_URL = "http://127.0.0.1:30000/health_generate"
 SCENARIO_FILE = "/etc/sglang-sim/scenario.env"
+# read by the simulator itself, not by systemd: a fault that is no change of the unit's configuration
+FAULT_FILE = "/etc/sglang-sim/fault.env"
 SIM_UNIT = "sglang.service"
 # the simulator's units: SGLang's, and its vLLM mode (/etc/vllm-sim/scenario.env, port 8000)
 SIM_UNITS = (SIM_UNIT, "vllm.service")
@@ -512,6 +514,18 @@ class Fleet:
         cmd = f"mkdir -p {shlex.quote(os.path.dirname(SCENARIO_FILE))} && printf %s {shlex.quote(body)} > {SCENARIO_FILE}"
         self.ssh(host, cmd)
 
+    def set_fault(self, host: str, **env: object) -> None:
+        """Write the simulator's fault file (KEY=VALUE lines over the scenario's, read by the simulator, not
+        by systemd: the unit's configuration stays the same); no variables: remove it."""
+        if not env:
+            self.ssh(host, f"rm -f {FAULT_FILE}")
+            return
+        for key in env:
+            if not key.isidentifier():
+                raise ValueError(f"bad variable name {key!r}")
+        body = "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in env.items())
+        self.ssh(host, f"mkdir -p {shlex.quote(os.path.dirname(FAULT_FILE))} && printf %s {shlex.quote(body)} > {FAULT_FILE}")
+
     def unit_property(self, host: str, prop: str, unit: str = SIM_UNIT) -> str:
         """One ``systemctl show`` property of a unit in a host (InvocationID, MainPID, NRestarts, ...)."""
         return self.ssh(host, f"systemctl show -p {prop} --value {shlex.quote(unit)}").stdout.strip()
@@ -534,10 +548,11 @@ class Fleet:
             time.sleep(every)
 
     def reset(self, host: str) -> None:
-        """Stop the simulator, clear its failed state and restart counter, drop the scenario file and
-        any deployed configuration (drop-ins of the unit, files under /etc/sglang)."""
-        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR}"
-        clear = f"rm -rf {SCENARIO_FILE} {deployed}; systemctl daemon-reload"
+        """Stop the simulator, clear its failed state and restart counter, drop the scenario file,
+        any deployed configuration (drop-ins of the unit, files under /etc/sglang) and the unit's start
+        history (each test learns from its own starts only)."""
+        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR} /var/lib/inferops/{SIM_UNIT}.history.json"
+        clear = f"rm -rf {SCENARIO_FILE} {FAULT_FILE} {deployed}; systemctl daemon-reload"
         self.ssh(host, f"systemctl stop {SIM_UNIT}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; {clear}; true")
 
     def ansible_env(self) -> dict[str, str]:

@@ -6,7 +6,9 @@ carriage returns, benign warnings that look alarming), opens its HTTP port only 
 would, answers the health, model and generation endpoints the way SGLang does, and can be told to fail
 the way real starts fail. Standard library only, Python 3.11, one file.
 
-Environment (the unit reads ``/etc/sglang-sim/scenario.env``):
+Environment (the unit reads ``/etc/sglang-sim/scenario.env``; the simulator itself then reads
+``$SIM_FAULT_FILE``, default ``/etc/sglang-sim/fault.env``, whose KEY=VALUE lines override it: a fault
+injected there is no change of the unit's configuration, as a real server's hang or slow disk is not):
 
 ``SIM_SCENARIO``           ok (default) | crash | hang | crash_loop | health_503 | slow_health |
                            unknown_error | ready_then_crash
@@ -94,6 +96,7 @@ import http
 import json
 import os
 import random
+import shlex
 import signal
 import socket
 import socketserver
@@ -1882,9 +1885,27 @@ def build_simulator(cfg: Config, console: Console) -> Simulator:
     return flavour(cfg, console)
 
 
+FAULT_FILE = "/etc/sglang-sim/fault.env"
+
+
+def with_fault(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment with the fault file's KEY=VALUE lines over it (quotes as the fleet writes them)."""
+    merged = dict(env)
+    try:
+        with open(env.get("SIM_FAULT_FILE", FAULT_FILE), encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return merged
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.lstrip().startswith("#"):
+            merged[key.strip()] = shlex.split(value)[0] if value.strip() else ""
+    return merged
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     try:
-        cfg = Config.from_env(os.environ if env is None else env)
+        cfg = Config.from_env(with_fault(os.environ) if env is None else env)
     except ConfigError as exc:
         sys.stderr.write(f"sglang_sim: {exc}\n")
         return 2

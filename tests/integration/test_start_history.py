@@ -1,0 +1,89 @@
+"""The start history on a real systemd host (issue 20): playbooks/restart_sglang.yml restarts the
+simulator several times; each start is added to /var/lib/inferops/sglang.service.history.json; after
+three good starts the wait's stall limit of weight loading is learned from them and a hang there fails
+within seconds, far below the configured limit; the progress lines carry an ETA; a warning never seen
+before is reported as new (and fails with sglang_restart_fail_on_new); a changed drop-in starts a new
+baseline; the precheck records a start it sees ended once.
+
+Faults are injected with the simulator's fault file (read by the simulator, not by systemd), so that
+the unit's configuration, and with it the baseline, stays the same."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.harness.fleet import Fleet
+from tests.integration.conftest import QUICK, RunPlaybook
+
+PLAYBOOK = "playbooks/restart_sglang.yml"
+PRECHECK = "playbooks/precheck_sglang.yml"
+UNIT = "sglang.service"
+HISTORY = f"/var/lib/inferops/{UNIT}.history.json"
+# a start of about 12 s: weight loading 8 s (looks see it on a busy machine), the other phases short
+TIMES = {"SIM_START_SECONDS": "1", "SIM_LOAD_SECONDS": "8", "SIM_KV_SECONDS": "0.5", "SIM_CAPTURE_SECONDS": "1", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "4"}
+# the configured stall limit is long; the learned one (1.5x ~8 s, raised to a floor of 15 s: room for a
+# slow look on a busy machine) is what catches the hang
+VARS = {**QUICK, "sglang_restart_stall_limit": 300, "sglang_restart_budget": 400, "sglang_restart_history_stall_floor": 15}
+
+
+def history(fleet: Fleet, host: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(fleet.ssh(host, f"cat {HISTORY}").stdout)
+    return loaded
+
+
+def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    fleet.set_scenario(host, **TIMES)
+    fleet.ssh(host, f"systemctl start {UNIT}")
+    for _start in range(3):
+        run = run_playbook(PLAYBOOK, extra_vars=VARS, limit=host)
+        assert run.returncode == 0, run
+        assert f"{host} {UNIT}: PASS (ready)" in run.output
+    kept = history(fleet, host)
+    assert [start["outcome"] for start in kept["starts"]] == ["pass"] * 3
+    assert len({start["config"] for start in kept["starts"]}) == 1
+    assert all(6.0 <= start["phases"]["loading_weights"] <= 14.0 for start in kept["starts"]), kept["starts"]
+    assert kept["starts"][-1]["model"] == "/models/DeepSeek-R1"
+    # the allowlisted CUTE_DSL warning of every rank: one template, seen in each start
+    assert all(any("package walk" in name for name in start["templates"]) for start in kept["starts"])
+    # the third start already had an ETA from the first two (shown while its weights loaded)
+    assert re.search(r"loading weights.*, about \S+ left \(last 2 good starts: ", run.output), run.output[-6000:]
+
+    # a warning never seen before: reported as new, and with fail_on_new the run fails (the start is kept
+    # as failed: the same warning is not taken for a known one next time)
+    fleet.set_fault(host, SIM_SCENARIO="unknown_error")
+    run = run_playbook(PLAYBOOK, extra_vars={**VARS, "sglang_restart_fail_on_new": True, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
+    assert run.returncode != 0 and f"{host} {UNIT}: FAIL (new_lines)" in run.output, run
+    assert "(new: in none of the last 3 good starts)" in run.flat, run
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    assert report["history"]["new_unrecognized"] and report["unrecognized"][0]["history"]["status"] == "new"
+    assert (history(fleet, host)["starts"][-1]["outcome"], history(fleet, host)["starts"][-1]["reason"]) == ("fail", "new_lines")
+
+    # a hang in weight loading: failed by the learned limit, not after the configured 300 s
+    fleet.set_fault(host, SIM_SCENARIO="hang", SIM_PHASE="loading_weights", SIM_LOAD_SECONDS="120")
+    run = run_playbook(PLAYBOOK, extra_vars={**VARS, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
+    assert run.returncode != 0, run
+    assert f"{host} {UNIT}: FAIL (stalled)" in run.output, run
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    limit = report["history"]["stall_limits"]["loading_weights"]
+    assert limit["source"] == "learned" and limit["limit"] == 15, limit
+    assert report["elapsed"] < 150, report["elapsed"]
+    assert [start["outcome"] for start in history(fleet, host)["starts"]][-1] == "fail"
+
+    # a changed drop-in: a new baseline, the configured limits again
+    fleet.set_fault(host)
+    dropin = "[Service]\nEnvironment=SIM_MODEL=/models/DeepSeek-R1-0528\n"
+    run = run_playbook(PLAYBOOK, extra_vars={**VARS, "sglang_restart_dropin_content": dropin, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
+    assert run.returncode == 0, run
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    assert report["history"]["stall_limits"]["loading_weights"]["source"] == "default"
+    assert "about" not in " ".join(line for line in run.output.splitlines() if "elapsed" in line)
+    assert history(fleet, host)["starts"][-1]["model"] == "/models/DeepSeek-R1-0528"
+
+    # the precheck records the running start only if it is not in the history yet
+    starts = len(history(fleet, host)["starts"])
+    run = run_playbook(PRECHECK, limit=host)
+    assert run.returncode == 0, run
+    assert len(history(fleet, host)["starts"]) == starts
