@@ -290,7 +290,7 @@ KILL_POINTS = [
 REPLAYS = [(*point, fails) for point in KILL_POINTS for fails in (False, True) if not (fails and point[0] in ("passed", "restore"))]
 
 
-REPLAY_IDS = [f"{replay[0]}-{replay[2]['ActiveState']}-{'crashing' if replay[3] else 'good'}" for replay in REPLAYS]
+REPLAY_IDS = [f"{case[0]}-{case[2]['ActiveState']}-{'crashing' if case[3] else 'good'}" for case in REPLAYS]
 
 
 @pytest.mark.parametrize(("step", "files", "state", "start_fails"), REPLAYS, ids=REPLAY_IDS)
