@@ -293,6 +293,9 @@ def _traffic(value: t.Any) -> dict[str, t.Any]:
             running_at_stop=_whole_or_none(drain.get("running_at_stop")),
             timed_out=_flag(drain.get("timed_out")),
         )
+        # what ran as the drain began (not recorded by the collection's earlier versions)
+        if "running_at_start" in drain:
+            drain["running_at_start"] = _whole_or_none(drain["running_at_start"])
     flags: dict[str, bool] = {name: _flag(traffic[name]) for name in ("removed", "restored") if name in traffic}
     return {**traffic, **flags, "drain": drain}
 

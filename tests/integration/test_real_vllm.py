@@ -115,12 +115,17 @@ def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: objec
 SQUATTER = "port-squatter.service"
 IN_FLIGHT = "in-flight-request.service"
 IN_FLIGHT_STATUS = "/run/in-flight-request.status"
+# the in-flight request's size: long enough to outlast the playbook's steps before its drain (checking
+# the variables, reading the unit, writing the drop-in) on a loaded machine; the drain waits for it
+IN_FLIGHT_SEQUENCES = 48
+DRAIN_TIMEOUT = 1200
 
 
-def start_request(fleet: Fleet, host: str, max_tokens: int) -> None:
-    """A long real completion (8 sequences, no stop at EOS) sent in the host in the background; returns
-    once vLLM's /metrics counts it running. Its HTTP status goes to IN_FLIGHT_STATUS when it ends."""
-    body = {"model": SERVED_NAME, "prompt": "The capital of France is", "max_tokens": max_tokens, "n": 8, "ignore_eos": True, "temperature": 1.0}
+def start_request(fleet: Fleet, host: str, max_tokens: int, sequences: int = IN_FLIGHT_SEQUENCES) -> None:
+    """A long real completion (``sequences`` sequences of ``max_tokens`` tokens each, no stop at EOS)
+    sent in the host in the background; returns once vLLM's /metrics counts it running. Its HTTP
+    status goes to IN_FLIGHT_STATUS when it ends."""
+    body = {"model": SERVED_NAME, "prompt": "The capital of France is", "max_tokens": max_tokens, "n": sequences, "ignore_eos": True, "temperature": 1.0}
     send = (
         "import json, urllib.request as u\n"
         f"r = u.Request('http://127.0.0.1:{PORT}/v1/completions', data={json.dumps(body)!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
@@ -236,13 +241,20 @@ def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: st
     assert served(fleet, vllm_host)["max_model_len"] == half
     passed = data["invocation_id"]
 
-    # a real request in flight: the drain waits until vLLM's /metrics shows it done before the stop
+    # a real request in flight, counted running by vLLM's /metrics before the playbook starts: the drain
+    # saw it running as it began, waited for it (vllm:num_requests_running back to 0), then stopped
     start_request(fleet, vllm_host, max_tokens=half - 16)
     bad = f"[Service]\nExecStart=\nExecStart={real.command('tiny', '--no-such-flag')}\n"
-    run, data = restart(run_playbook, vllm_host, tmp_path / "bad", sglang_restart_dropin_content=bad)
+    run, data = restart(run_playbook, vllm_host, tmp_path / "bad", sglang_restart_dropin_content=bad, sglang_restart_drain_timeout=DRAIN_TIMEOUT)
     traffic = data["traffic"]
-    assert isinstance(traffic, dict) and traffic["drain"]["running_at_stop"] == 0, traffic
-    assert fleet.ssh(vllm_host, f"cat {IN_FLIGHT_STATUS}").stdout.strip() == "200"
+    assert isinstance(traffic, dict), traffic
+    drain = traffic["drain"]
+    record(f"real vLLM drain: {drain.get('running_at_start')} request(s) running as it began, waited {drain.get('seconds')} s")
+    assert drain["load_status"] == 200 and drain["timed_out"] is False, drain
+    assert drain["running_at_start"] >= 1, drain  # the request was in flight when the drain began
+    assert float(drain["seconds"]) > 0 and drain["running_at_stop"] == 0, drain  # and the drain waited for it
+    assert "request(s) running as it began, 0 request(s) running at the stop" in run.output
+    assert fleet.ssh(vllm_host, f"cat {IN_FLIGHT_STATUS}").stdout.strip() == "200"  # it ended with its answer
     rollback = data["rollback"]
     assert isinstance(rollback, dict)
     timings("deploy an unknown flag", data, run.elapsed)

@@ -249,6 +249,12 @@ def test_the_drain_figures_are_numbers_whichever_way_ansible_templated_them(drai
     assert report["traffic"]["removed"] is True and report["traffic"]["restored"] is True
 
 
+def test_what_ran_as_the_drain_began_is_a_number_too() -> None:
+    traffic = {"drain": {"seconds": "9.4", "load_status": "200", "running_at_start": "2", "running_at_stop": "0", "timed_out": "False"}}
+    drain = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})["traffic"]["drain"]
+    assert (drain["running_at_start"], drain["running_at_stop"], drain["seconds"]) == (2, 0, 9.4)
+
+
 def test_a_drain_that_could_not_read_the_load_has_no_figure() -> None:
     traffic = {"removed": False, "restored": False, "drain": {"seconds": "60.2", "load_status": "None", "running_at_stop": "", "timed_out": "True"}}
     drain = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})["traffic"]["drain"]
