@@ -262,7 +262,11 @@ ROLE_SPECS: dict[str, Spec] = {
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
         *DEPLOY_OPTIONS,
     ),
-    "sglang_precheck": _pick(*_CLASSIFIED_LOOK, "report_dir", "allow_remote_health", "redact"),
+    "sglang_precheck": _pick(
+        *_CLASSIFIED_LOOK,
+        *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
+        *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
+    ),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.

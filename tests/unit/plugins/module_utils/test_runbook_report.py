@@ -284,3 +284,39 @@ def test_a_start_that_dies_on_its_smoke_test_shows_the_journal_read_after_it() -
     # a smoke test that passed keeps the wait's evidence, whatever was read after it
     passed = restart_report(options=options(smoke_test=True), smoke={"status": 200, "json": {"choices": [{"text": " Paris"}]}}, smoke_journal=after)
     assert passed["verdict"] == "pass" and passed["fatal"] == []
+
+
+HEAD_DIM_16 = "RuntimeError: Unsupported CPU attention configuration: head_dim=16"
+
+
+def test_a_precheck_whose_one_token_fails_fails_with_the_journal_read_after_it() -> None:
+    """The look passed (active, health 200, ready, nothing fatal), then the smoke test's generation
+    killed the engine: smoke_failed, the journal read again after the request as the evidence."""
+    traceback = ["Traceback (most recent call last):", HEAD_DIM_16]
+    fatal = {"message": HEAD_DIM_16, "rule": "common-python-exception", "count": 1, "ranks": [], "first_line": 90, "traceback": traceback}
+    after = {"fatal": [fatal], "allowlisted": [], "unrecognized": [], "counts": {"fatal": 1}, "last_lines": ["EngineCore encountered a fatal error."]}
+    smoke = {"status": 500, "msg": "Status code was 500 and not [200]: HTTP Error 500: Internal Server Error"}
+    report = precheck_report(options=options(smoke_test=True), smoke=smoke, smoke_journal=after)
+    assert (report["verdict"], report["reason"]) == ("fail", "smoke_failed")
+    assert report["msg"].startswith(f"smoke test: HTTP 500 from {SMOKE_URL}")
+    assert report["msg"].endswith(f"; then a fatal line in {UNIT}'s journal: {HEAD_DIM_16}")
+    assert report["fatal"] == [fatal] and report["first_fatal"]["message"] == HEAD_DIM_16
+    assert report["last_lines"] == ["EngineCore encountered a fatal error."]
+    assert report["smoke_test"]["enabled"] and report["smoke_test"]["passed"] is False
+
+
+def test_a_precheck_with_the_smoke_test_passes_when_it_generated_and_names_no_smoke_when_off() -> None:
+    generated = {"status": 200, "json": {"choices": [{"text": " Paris"}]}}
+    report = precheck_report(options=options(smoke_test=True), smoke=generated)
+    assert (report["verdict"], report["reason"]) == ("pass", "ready") and report["msg"].endswith(", one token generated")
+    assert report["smoke_test"]["passed"] is True and report["smoke_test"]["text"] == " Paris"
+    # off (SGLang's default), or not run: the look decides alone
+    assert precheck_report(options=options(smoke_test=False), smoke={"status": 500})["verdict"] == "pass"
+    off = precheck_report()
+    assert off["verdict"] == "pass" and off["smoke_test"]["passed"] is None and "generated" not in off["msg"]
+
+
+def test_a_precheck_that_failed_before_the_smoke_test_keeps_its_own_reason() -> None:
+    """The smoke test runs only after a look that passed; a failed look's reason comes first anyway."""
+    report = precheck_report(options=options(smoke_test=True), probe=probe_result(status=503), smoke={"status": 500})
+    assert report["reason"] == "health_failed"
