@@ -2,7 +2,7 @@
 simulator: restart_vllm.yml and precheck_vllm.yml with their own defaults, real cold starts of a
 tiny random-weight Llama, real journal lines, real /health, /v1/models, /v1/completions and
 /metrics. A good start passes with its real warnings allowlisted; a start that is ready and dies on
-its first generation (head_dim 16) fails; starts that cannot work fail fast with vLLM's own fatal
+its first generation (head_dim 16) fails, in the precheck and in the restart; starts that cannot work fail fast with vLLM's own fatal
 line as evidence; a drop-in deploys a real flag and a bad one is rolled back, after the drain waited
 for a real request in flight.
 
@@ -163,13 +163,43 @@ def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, 
     assert precheck.returncode == 0, precheck
     checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
     assert (checked["verdict"], checked["invocation_id"]) == ("pass", data["invocation_id"])
+    assert checked["smoke_test"]["passed"] is True and checked["smoke_test"]["status"] == 200, checked["smoke_test"]  # it generated
+
+
+def start_until_healthy(fleet: Fleet, host: str, timeout: float = 1200) -> None:
+    """vllm.service started by hand (no playbook), returning once /health answers 200."""
+    healthy = (
+        "import time, urllib.request as u\n"
+        f"deadline = time.monotonic() + {timeout}\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        f"        if u.urlopen('http://127.0.0.1:{PORT}/health', timeout=10).status == 200: raise SystemExit(0)\n"
+        "    except OSError: pass\n"
+        "    time.sleep(0.5)\n"
+        "raise SystemExit('/health never answered 200')\n"
+    )
+    fleet.ssh(host, f"systemctl start {UNIT}")
+    fleet.ssh(host, f"python3 -c {shlex.quote(healthy)}", timeout=timeout + 60)
 
 
 def test_ready_then_dead_on_the_first_generation_fails(fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """head_dim 16: vLLM starts, /health answers 200, and the first generation kills the engine. The
     health gate alone passes it; the one-token generation of vLLM's gates fails it, with the real
-    RuntimeError from the journal as evidence."""
+    RuntimeError from the journal as evidence: the precheck of a server that has served no request
+    yet, then the restart."""
     install_unit(fleet, vllm_host, real.unit("tiny-hd16"))
+    start_until_healthy(fleet, vllm_host)
+    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path)})
+    assert precheck.returncode != 0, precheck
+    checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    record(f"real vLLM precheck of head_dim 16: {str(checked['verdict']).upper()} ({checked['reason']}) in {checked['elapsed']} s")
+    assert (checked["verdict"], checked["reason"]) == ("fail", "smoke_failed"), checked["msg"]
+    assert checked["health"]["status"] == 200 and checked["ready"], checked  # the look alone passed it
+    assert checked["smoke_test"]["enabled"] and checked["smoke_test"]["passed"] is False, checked["smoke_test"]
+    assert "then a fatal line in vllm.service's journal: RuntimeError: Unsupported CPU attention configuration: head_dim=16" in checked["msg"]
+    assert any("head_dim=16" in str(event["message"]) for event in checked["fatal"]), checked["fatal"]
+    assert "RuntimeError: Unsupported CPU attention configuration: head_dim=16" in flat(precheck.output)
+
     run, data = restart(run_playbook, vllm_host, tmp_path)
     timings("head_dim 16", data, run.elapsed)
     assert run.returncode != 0, run
