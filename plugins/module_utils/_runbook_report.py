@@ -193,7 +193,7 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     failure = _failure(observed)
     smoke = _smoke(observed)
     # a start that was ready and failed its smoke test: this invocation's journal read again after the
-    # request (tasks/smoke.yml) holds the wait's lines and why the request failed
+    # request (the runbook_smoke role) holds the wait's lines and why the request failed
     journal = _after_smoke(observed, smoke) or wait
     deploy = _mapping(observed.get("deploy"))
     outcome = _deploy_outcome(deploy, failure, observed, _restart_outcome(observed, wait, before, failure, smoke, journal))

@@ -263,7 +263,7 @@ def test_a_drain_that_could_not_read_the_load_has_no_figure() -> None:
 
 def test_a_start_that_dies_on_its_smoke_test_shows_the_journal_read_after_it() -> None:
     """Ready (health 200), then the first generation killed the engine: the journal read again after
-    the failed request (tasks/smoke.yml) is the evidence, its first fatal line in the message."""
+    the failed request (the runbook_smoke role) is the evidence, its first fatal line in the message."""
     fatal = {
         "message": "RuntimeError: Unsupported CPU attention configuration: head_dim=16",
         "rule": "common-python-exception",
