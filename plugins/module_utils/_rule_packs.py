@@ -449,6 +449,13 @@ VLLM: RulePack = [
         "reference": f"{VLLM_SOURCE}/vllm/v1/worker/cpu_worker.py (logger.warning, then the first allowed node)",
     },
     {
+        "id": "vllm-cpu-ssm-cache-float32",
+        "class": "allowlisted",
+        "pattern": r"Reset SSM cache type to float32 for accelerated GDN mamba backend",
+        "reason": "The CPU platform keeps Mamba's SSM state in float32 (printed at every start, Mamba model or not).",
+        "reference": f"{VLLM_SOURCE}/vllm/platforms/cpu.py (check_and_update_config: logger.warning, then float32)",
+    },
+    {
         "id": "vllm-cpu-sleep-mode-ignored",
         "class": "allowlisted",
         "pattern": r"sleep mode is not supported on CPU, ignore it",

