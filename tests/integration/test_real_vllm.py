@@ -159,6 +159,28 @@ def start_request(fleet: Fleet, host: str, max_tokens: int, seconds: float = IN_
     return sequences
 
 
+def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """restart_vllm.yml with its defaults: the real ready line, /health, one real generated token
+    (the model's name read from /v1/models), vLLM's real warnings allowlisted; then the precheck."""
+    run, data = restart(run_playbook, vllm_host, tmp_path)
+    timings("good start", data, run.elapsed)
+    assert run.returncode == 0, run
+    assert f"{vllm_host} {UNIT}: PASS (ready)" in run.output
+    smoke = data["smoke_test"]
+    assert isinstance(smoke, dict) and smoke["enabled"] and smoke["passed"] and smoke["status"] == 200, smoke
+    assert "smoke test: HTTP 200, generated" in run.output
+    assert data["fatal"] == [] and data["unrecognized"] == [], (data["fatal"], data["unrecognized"])
+    rules = {event["rule"] for event in data["allowlisted"]}
+    assert any(rule.startswith("vllm-") for rule in rules), rules
+    assert served(fleet, vllm_host)["id"] == SERVED_NAME
+
+    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path)})
+    assert precheck.returncode == 0, precheck
+    checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    assert (checked["verdict"], checked["invocation_id"]) == ("pass", data["invocation_id"])
+    assert checked["smoke_test"]["passed"] is True and checked["smoke_test"]["status"] == 200, checked["smoke_test"]  # it generated
+
+
 def start_until_healthy(fleet: Fleet, host: str, timeout: float = 1200) -> None:
     """vllm.service started by hand (no playbook), returning once /health answers 200."""
     healthy = (
