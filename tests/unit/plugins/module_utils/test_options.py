@@ -212,15 +212,26 @@ def test_the_role_documents_and_defaults_exactly_the_options_checked(role: str) 
         assert bool(documented[variable].get("no_log")) == bool(option.get("no_log")), variable
 
 
-def test_vllm_gates_generate_one_token_unless_told_not_to() -> None:
+@pytest.mark.parametrize("role", ["sglang_restart", "sglang_precheck"])
+def test_vllm_gates_generate_one_token_unless_told_not_to(role: str) -> None:
     """vLLM's /health answers 200 while the engine cannot generate: unset, the smoke test is on for
-    engine vllm and off for the others; given, it is what was given."""
-    assert check({"engine": "vllm"})[2]["smoke_test"] is True
-    assert check({"engine": "sglang"})[2]["smoke_test"] is False
-    assert check({"engine": "auto"})[2]["smoke_test"] is False
-    assert check({"engine": "vllm", "smoke_test": "false"})[2]["smoke_test"] is False
-    assert check({"engine": "sglang", "smoke_test": True})[2]["smoke_test"] is True
-    assert check({"engine": "vllm"})[2]["smoke_model"] == ""
+    engine vllm and off for the others; given, it is what was given. The same for the restart and
+    the precheck."""
+    assert check({"engine": "vllm"}, role)[2]["smoke_test"] is True
+    assert check({"engine": "sglang"}, role)[2]["smoke_test"] is False
+    assert check({"engine": "auto"}, role)[2]["smoke_test"] is False
+    assert check({"engine": "vllm", "smoke_test": "false"}, role)[2]["smoke_test"] is False
+    assert check({"engine": "sglang", "smoke_test": True}, role)[2]["smoke_test"] is True
+    assert check({"engine": "vllm"}, role)[2]["smoke_model"] == ""
+
+
+def test_the_precheck_checks_its_smoke_options_as_the_restart_does() -> None:
+    remote = {"smoke_test": True, "smoke_url": "http://api.example.com/v1/completions"}
+    problems = check(remote, "sglang_precheck")[0]
+    assert problems and "the API key would be sent to it" in problems[0] and "sglang_precheck_allow_remote_smoke" in problems[0]
+    assert check({**remote, "allow_remote_smoke": "yes"}, "sglang_precheck")[0] == []
+    assert check({"smoke_timeout": 0}, "sglang_precheck")[0] == ["sglang_precheck_smoke_timeout must be a whole number of seconds > 0, got 0"]
+    assert check({"smoke_test": "maybe"}, "sglang_precheck")[0] == ["sglang_precheck_smoke_test must be true or false, got 'maybe'"]
 
 
 def test_the_canary_variables_are_checked_before_anything_is_touched() -> None:

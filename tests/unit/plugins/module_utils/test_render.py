@@ -207,6 +207,10 @@ def test_cut(text: str, limit: int, expected: str) -> None:
     [
         ({"seconds": 1.2, "load_status": 200, "running_at_stop": 0, "timed_out": False}, "drain: 0 request(s) running at the stop, after 1.2 s"),
         (
+            {"seconds": 9.4, "load_status": 200, "running_at_start": 1, "running_at_stop": 0, "timed_out": False},
+            "drain: 1 request(s) running as it began, 0 request(s) running at the stop, after 9.4 s",
+        ),
+        (
             {"seconds": 60.1, "load_status": 200, "running_at_stop": 3, "timed_out": True},
             "drain: 3 request(s) running at the stop, after 60.1 s (drain timeout reached)",
         ),

@@ -249,6 +249,12 @@ def test_the_drain_figures_are_numbers_whichever_way_ansible_templated_them(drai
     assert report["traffic"]["removed"] is True and report["traffic"]["restored"] is True
 
 
+def test_what_ran_as_the_drain_began_is_a_number_too() -> None:
+    traffic = {"drain": {"seconds": "9.4", "load_status": "200", "running_at_start": "2", "running_at_stop": "0", "timed_out": "False"}}
+    drain = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})["traffic"]["drain"]
+    assert (drain["running_at_start"], drain["running_at_stop"], drain["seconds"]) == (2, 0, 9.4)
+
+
 def test_a_drain_that_could_not_read_the_load_has_no_figure() -> None:
     traffic = {"removed": False, "restored": False, "drain": {"seconds": "60.2", "load_status": "None", "running_at_stop": "", "timed_out": "True"}}
     drain = restart_report(deploy={"state": "new_configuration", "restart_needed": True, "traffic": traffic})["traffic"]["drain"]
@@ -257,7 +263,7 @@ def test_a_drain_that_could_not_read_the_load_has_no_figure() -> None:
 
 def test_a_start_that_dies_on_its_smoke_test_shows_the_journal_read_after_it() -> None:
     """Ready (health 200), then the first generation killed the engine: the journal read again after
-    the failed request (tasks/smoke.yml) is the evidence, its first fatal line in the message."""
+    the failed request (the runbook_smoke role) is the evidence, its first fatal line in the message."""
     fatal = {
         "message": "RuntimeError: Unsupported CPU attention configuration: head_dim=16",
         "rule": "common-python-exception",
@@ -374,3 +380,39 @@ def test_a_change_rolled_back_for_its_canary_shows_both_canaries() -> None:
     assert lines[1].startswith("new configuration: FAIL (performance_regression)")
     assert "  decode 812 tok/s (baseline 1,604, -49%: FAIL)" in lines
     assert lines[lines.index("rollback canary: PASS") + 1] == "  decode 1,590 tok/s (baseline 1,604, -1%: ok)"
+
+
+HEAD_DIM_16 = "RuntimeError: Unsupported CPU attention configuration: head_dim=16"
+
+
+def test_a_precheck_whose_one_token_fails_fails_with_the_journal_read_after_it() -> None:
+    """The look passed (active, health 200, ready, nothing fatal), then the smoke test's generation
+    killed the engine: smoke_failed, the journal read again after the request as the evidence."""
+    traceback = ["Traceback (most recent call last):", HEAD_DIM_16]
+    fatal = {"message": HEAD_DIM_16, "rule": "common-python-exception", "count": 1, "ranks": [], "first_line": 90, "traceback": traceback}
+    after = {"fatal": [fatal], "allowlisted": [], "unrecognized": [], "counts": {"fatal": 1}, "last_lines": ["EngineCore encountered a fatal error."]}
+    smoke = {"status": 500, "msg": "Status code was 500 and not [200]: HTTP Error 500: Internal Server Error"}
+    report = precheck_report(options=options(smoke_test=True), smoke=smoke, smoke_journal=after)
+    assert (report["verdict"], report["reason"]) == ("fail", "smoke_failed")
+    assert report["msg"].startswith(f"smoke test: HTTP 500 from {SMOKE_URL}")
+    assert report["msg"].endswith(f"; then a fatal line in {UNIT}'s journal: {HEAD_DIM_16}")
+    assert report["fatal"] == [fatal] and report["first_fatal"]["message"] == HEAD_DIM_16
+    assert report["last_lines"] == ["EngineCore encountered a fatal error."]
+    assert report["smoke_test"]["enabled"] and report["smoke_test"]["passed"] is False
+
+
+def test_a_precheck_with_the_smoke_test_passes_when_it_generated_and_names_no_smoke_when_off() -> None:
+    generated = {"status": 200, "json": {"choices": [{"text": " Paris"}]}}
+    report = precheck_report(options=options(smoke_test=True), smoke=generated)
+    assert (report["verdict"], report["reason"]) == ("pass", "ready") and report["msg"].endswith(", one token generated")
+    assert report["smoke_test"]["passed"] is True and report["smoke_test"]["text"] == " Paris"
+    # off (SGLang's default), or not run: the look decides alone
+    assert precheck_report(options=options(smoke_test=False), smoke={"status": 500})["verdict"] == "pass"
+    off = precheck_report()
+    assert off["verdict"] == "pass" and off["smoke_test"]["passed"] is None and "generated" not in off["msg"]
+
+
+def test_a_precheck_that_failed_before_the_smoke_test_keeps_its_own_reason() -> None:
+    """The smoke test runs only after a look that passed; a failed look's reason comes first anyway."""
+    report = precheck_report(options=options(smoke_test=True), probe=probe_result(status=503), smoke={"status": 500})
+    assert report["reason"] == "health_failed"
