@@ -637,7 +637,9 @@ def check_rules(
 # How many probes are made from one pattern's repeats at most.
 MAX_PUMPED_PROBES = 12
 # The end of a probe made from a repeat: the first of these that makes the pattern fail on a short
-# form of the probe (the end of the text, then characters that a class rarely holds all of).
+# form of the probe (the end of the text, then characters that a class rarely holds all of), matched
+# from the probe's start: searched, a pattern that also matches an empty text at the end, as (x+)*$
+# does, is found there whatever the stopper, and its long probe was never tried.
 PROBE_STOPPERS = ("", "!", " ", ",", ":", ";", "=", "/", "#", "@", "~", "-", ".", "\t", "\x01", "a", "0", "_", "\u00a7")
 # Characters tried, in this order, for one that a class matches.
 _SAMPLE_CHARACTERS = "a0 _x!,:;=/#@~-.\tA\x01\u00a7"
@@ -783,7 +785,7 @@ for rule, (pattern, pumps) in enumerate(rules):
         else:
             before, pump = job
             for stopper in stoppers:
-                if regex.search(before + pump * 4 + stopper) is None:
+                if regex.match(before + pump * 4 + stopper) is None:
                     regex.search(before + pump * max(1, (size - len(before) - 1) // len(pump)) + stopper)
                     break
         seconds = time.process_time() - started

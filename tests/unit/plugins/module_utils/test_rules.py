@@ -200,3 +200,11 @@ def test_the_word_search_finds_every_word_wherever_it_is() -> None:
             anchors = search.findall(text)
             assert any(word in groups[anchor] for anchor in anchors), (word, text)
     assert search.findall("nothing to see here") == []
+
+
+@pytest.mark.parametrize("pattern", [r"(x+)*$", r"(?:x+)*$", r"^\[worker\] (q*)*$"])
+def test_a_nested_repeat_that_also_matches_nothing_at_the_end_is_refused(pattern: str) -> None:
+    """(x+)*$ can match an empty text at the end of any line, so a search of the short probe succeeds
+    whatever ends it; the long probe must still be tried (it takes 2^n steps on n x's and a stopper)."""
+    with pytest.raises(RuleError, match="backtracks without bound"):
+        check_rules("sglang", [rule(id="site-star", pattern=pattern)])
