@@ -143,7 +143,7 @@ def publish(text: str, output: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--entries", type=int, default=5_000_000)
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks.md")
     parser.add_argument("--reuse-fleet", action="store_true", help="use host 1 of the fleet already up in $INFEROPS_FLEET_DIR")

@@ -77,7 +77,7 @@ def generator_script() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--lines", type=int, default=5_000_000)
     parser.add_argument("--emit", action="store_true", help="print the journal's lines, not the generator script")
     args = parser.parse_args()

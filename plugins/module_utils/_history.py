@@ -32,8 +32,7 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import REDACTED, Scanner, mask
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import clean, parse, record_message
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, RuleSet, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR as STATE_DIR
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import RecordError, record_path
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, record_path
 from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import write as _write_json
 
 VERSION = 1

@@ -185,6 +185,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _history  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
     JournalReader,
     SystemdError,
@@ -198,7 +199,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "unit": {"type": "str", "default": "sglang.service"},
-            "state_dir": {"type": "path", "default": _history.STATE_DIR},
+            "state_dir": {"type": "path", "default": STATE_DIR},
             "invocation_id": {"type": "str"},
             "outcome": {"type": "str", "choices": list(_history.OUTCOMES)},
             "reason": {"type": "str"},

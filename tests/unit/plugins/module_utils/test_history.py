@@ -197,8 +197,8 @@ def test_a_configuration_change_starts_a_new_baseline() -> None:
     base = start()
     history: dict[str, Any] | None = None
     for number in range(4):
-        history, _ = _history.append(history, UNIT, scaled(base, 10.0, f"a{number:031x}", config="cfg-a"), size=20)
-    history, _ = _history.append(history, UNIT, scaled(base, 1.0, f"b{0:031x}", config="cfg-b"), size=20)
+        history, _problem = _history.append(history, UNIT, scaled(base, 10.0, f"a{number:031x}", config="cfg-a"), size=20)
+    history, _problem = _history.append(history, UNIT, scaled(base, 1.0, f"b{0:031x}", config="cfg-b"), size=20)
     assert len(_history.good_starts(history, "cfg-a")) == 4
     assert len(_history.good_starts(history, "cfg-b")) == 1
     assert _history.good_starts(history, "cfg-c") == []
@@ -264,8 +264,8 @@ def test_new_since_the_last_good_start() -> None:
     failed = start("sglang-triton-outofresources-01.log", config="cfg-a")
     history: dict[str, Any] | None = None
     for number in range(9):
-        history, _ = _history.append(history, UNIT, {**good, "invocation_id": f"g{number:031x}"}, size=20)
-    history, _ = _history.append(history, UNIT, {**failed, "invocation_id": "f" * 32}, size=20)
+        history, _problem = _history.append(history, UNIT, {**good, "invocation_id": f"g{number:031x}"}, size=20)
+    history, _problem = _history.append(history, UNIT, {**failed, "invocation_id": "f" * 32}, size=20)
     known = "The following error message 'operation scheduled before its operands' can be ignored."
     only_failed = next(name for name, value in failed["templates"].items() if "OutOfResources" in name)
     never = _history.template("[2025-03-08 12:29:13 TP3] A warning nobody printed before: 17 retries")
@@ -286,7 +286,7 @@ def history_result(earlier: list[dict[str, Any]], this: dict[str, Any], config: 
     """What start_history returns after recording ``this`` on a history of ``earlier`` starts."""
     history: dict[str, Any] | None = None
     for entry in earlier:
-        history, _ = _history.append(history, UNIT, entry)
+        history, _problem = _history.append(history, UNIT, entry)
     limits = _history.stall_limits(_history.good_starts(history, config), default=900.0)
     return {
         "path": "/var/lib/inferops/sglang.service.history.json",

@@ -77,7 +77,10 @@ def full_report(data: Path, engine: str) -> dict[str, Any]:
 def grep_read(scanner: Scanner, data: Path, cursor: str | None = None, tail_lines: int = 0) -> GrepRead:
     pattern = scanner.rules.grep_pattern
     assert pattern is not None
-    feed = lambda record: scanner.feed_records((record,))  # noqa: E731
+
+    def feed(record: Any) -> Any:
+        return scanner.feed_records((record,))
+
     grep = GrepRead(scanner, feed, "sglang", INVOCATION, pattern, cursor, tail_lines, popen=popen_over(data), libsystemd=False)
     grep.read()
     return grep
