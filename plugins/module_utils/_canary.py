@@ -641,17 +641,8 @@ def parse_store(text: str, unit: str) -> list[dict[str, t.Any]]:
 
 def read_store(path: str, unit: str) -> tuple[list[dict[str, t.Any]], str | None]:
     """(entries, None); ([], None) when there is no store; ([], problem) when it cannot be used."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        return [], None
-    except (OSError, UnicodeDecodeError) as exc:
-        return [], f"the canary store {path} cannot be read: {exc}"
-    try:
-        return parse_store(text, unit), None
-    except _run_record.RecordError as exc:
-        return [], f"the canary store {path} is ignored: {exc}"
+    entries, problem = _run_record.read_state(path, "the canary store", lambda text: parse_store(text, unit))
+    return entries or [], problem
 
 
 def entry_for(

@@ -32,7 +32,7 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import REDACTED, Scanner, mask
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import clean, parse, record_message
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, RuleSet, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, record_path
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, read_state, record_path
 from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import write as _write_json
 
 VERSION = 1
@@ -383,17 +383,7 @@ def _entry_problem(entry: t.Any) -> str | None:
 
 def read(path: str, unit: str) -> tuple[History | None, str | None]:
     """(history, None), (None, None) when there is none, or (None, problem) when it cannot be used."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        return None, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"the start history {path} cannot be read: {exc}"
-    try:
-        return parse_history(text, unit), None
-    except HistoryError as exc:
-        return None, f"the start history {path} is ignored: {exc}"
+    return read_state(path, "the start history", lambda text: parse_history(text, unit))
 
 
 def append(history: History | None, unit: str, entry: Entry, size: int = DEFAULT_SIZE) -> tuple[History, bool]:

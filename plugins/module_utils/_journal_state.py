@@ -17,7 +17,7 @@ import json
 import os
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, write
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, read_state, write
 
 VERSION = 1
 SUFFIX = ".journal.json"
@@ -29,32 +29,27 @@ def state_path(unit: str, state_dir: str = STATE_DIR) -> str:
     return os.path.join(state_dir, unit + SUFFIX)
 
 
-def load(path: str, unit: str) -> tuple[dict[str, t.Any] | None, str | None]:
-    """(state, None), (None, None) when there is none, or (None, problem) when it cannot be used."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        return None, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"the journal state {path} cannot be read ({exc}): the journal is read from the start"
-    problem = None
+def parse(text: str, unit: str) -> dict[str, t.Any]:
+    """The state in ``text``, checked; raises RecordError saying what is wrong."""
     try:
         state = json.loads(text)
     except ValueError as exc:
-        state, problem = None, f"not JSON ({exc})"
-    if problem is None:
-        if not isinstance(state, dict):
-            problem = "not a JSON object"
-        elif state.get("version") != VERSION:
-            problem = f"of another version ({state.get('version')!r}, this collection reads {VERSION})"
-        elif state.get("unit") != unit:
-            problem = f"of another unit ({state.get('unit')!r})"
-        elif not isinstance(state.get("cursor"), str) or not isinstance(state.get("invocation_id"), str) or not isinstance(state.get("scanner"), dict):
-            problem = "without a cursor, an invocation or the classifier's state"
-    if problem is not None:
-        return None, f"the journal state {path} is ignored, {problem}: the journal is read from the start"
-    return state, None
+        raise RecordError(f"not JSON ({exc})") from None
+    if not isinstance(state, dict):
+        raise RecordError("not a JSON object")
+    if state.get("version") != VERSION:
+        raise RecordError(f"of another version ({state.get('version')!r}, this collection reads {VERSION})")
+    if state.get("unit") != unit:
+        raise RecordError(f"of another unit ({state.get('unit')!r})")
+    if not isinstance(state.get("cursor"), str) or not isinstance(state.get("invocation_id"), str) or not isinstance(state.get("scanner"), dict):
+        raise RecordError("without a cursor, an invocation or the classifier's state")
+    return state
+
+
+def load(path: str, unit: str) -> tuple[dict[str, t.Any] | None, str | None]:
+    """(state, None), (None, None) when there is none, or (None, problem) when it cannot be used."""
+    state, problem = read_state(path, "the journal state", lambda text: parse(text, unit))
+    return state, problem and f"{problem}: the journal is read from the start"
 
 
 def save(path: str, unit: str, invocation_id: str, cursor: str, scanner: t.Mapping[str, t.Any], extra: t.Mapping[str, t.Any] | None = None) -> None:

@@ -95,19 +95,29 @@ def parse(text: str, unit: str) -> Record:
     return record
 
 
-def read(path: str, unit: str) -> tuple[Record | None, str | None]:
-    """(record, None), (None, None) when there is none, or (None, problem) when it cannot be used."""
+_Parsed = t.TypeVar("_Parsed")
+
+
+def read_state(path: str, what: str, parse_text: t.Callable[[str], _Parsed]) -> tuple[_Parsed | None, str | None]:
+    """One of the collection's state files (run record, start history, canary store): (parsed, None),
+    (None, None) when there is none, or (None, problem) when it cannot be read or ``parse_text``
+    refuses it with a RecordError."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except FileNotFoundError:
         return None, None
     except (OSError, UnicodeDecodeError) as exc:
-        return None, f"the run record {path} cannot be read: {exc}"
+        return None, f"{what} {path} cannot be read: {exc}"
     try:
-        return parse(text, unit), None
+        return parse_text(text), None
     except RecordError as exc:
-        return None, f"the run record {path} is ignored: {exc}"
+        return None, f"{what} {path} is ignored: {exc}"
+
+
+def read(path: str, unit: str) -> tuple[Record | None, str | None]:
+    """(record, None), (None, None) when there is none, or (None, problem) when it cannot be used."""
+    return read_state(path, "the run record", lambda text: parse(text, unit))
 
 
 def write(path: str, record: Record) -> None:
