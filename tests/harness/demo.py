@@ -132,6 +132,9 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
     )
     fleet.up(1)
     host = fleet.hosts[0]
+    # the configuration in place from the start: a drop-in with the decode speed of a healthy server
+    fleet.ssh(host, f"mkdir -p {DROPIN_DIR} && printf %s {shlex.quote(PREVIOUS_DROPIN)} > {DROPIN} && systemctl daemon-reload")
+    print(f"{host}: {DROPIN} sets the simulated decode speed (200 tokens/s per request) and time to first token (0.2 s)", flush=True)
 
     banner(
         "1/5  A good restart",
@@ -150,8 +153,10 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
     passed = good_rc == 0 and good.get("verdict") == "pass"
     print(f"\n>>> first run: exit code {good_rc}, verdict {good.get('verdict')} ({good.get('reason')})", flush=True)
 
+    learned = learning(fleet, host, workdir / "history")
+
     banner(
-        "2/5  A bad restart",
+        "3/5  A bad restart",
         """
         Same server, but this time a rank runs out of GPU memory while capturing CUDA graphs: the
         scheduler prints a traceback, the main process gets SIGQUIT and is killed, and systemd
@@ -166,12 +171,11 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
     bad = read_report(bad_dir, host)
     failed_fast = bad_rc != 0 and bad.get("verdict") == "fail" and bad.get("reason") == "fatal_log"
     print(
-        f"\n>>> second run: exit code {bad_rc}, verdict {bad.get('verdict')} ({bad.get('reason')}) after {time.monotonic() - started:.0f} s",
+        f"\n>>> third run: exit code {bad_rc}, verdict {bad.get('verdict')} ({bad.get('reason')}) after {time.monotonic() - started:.0f} s",
         flush=True,
     )
 
     rolled_back = failed_deploy(fleet, host, workdir / "deploy")
-    learned = learning(fleet, host, workdir / "history")
     slow_rolled_back = slow_deploy(fleet, host, workdir / "slow")
 
     ok = passed and failed_fast and rolled_back and learned and slow_rolled_back
@@ -182,18 +186,18 @@ def demo(fleet: Fleet, workdir: Path) -> bool:
     banner(
         "Demo " + ("succeeded" if ok else "FAILED"),
         f"""
-        Good restart: {"passed" if passed else "did NOT pass"}. Bad restart: {bad_outcome}. Failed deploy: {deploy_outcome}.
-        Learning from past starts: {learned_outcome}. Slow deploy: {slow_outcome}.
-        JSON and JUnit XML reports were written to {workdir}/good, bad, deploy, history and slow (a temporary directory, removed now).
+        Good restart: {"passed" if passed else "did NOT pass"}. Learning from past starts: {learned_outcome}. Bad restart: {bad_outcome}.
+        Failed deploy: {deploy_outcome}. Slow deploy: {slow_outcome}.
+        JSON and JUnit XML reports were written to {workdir}/good, history, bad, deploy and slow (a temporary directory, removed now).
         """,
     )
     return ok
 
 
 def failed_deploy(fleet: Fleet, host: str, report_dir: Path) -> bool:
-    """Act 3: a new configuration whose start fails, rolled back; the router sees the host go and come back."""
+    """Act 4: a new configuration whose start fails, rolled back; the router sees the host go and come back."""
     banner(
-        "3/5  A failed deploy, rolled back",
+        "4/5  A failed deploy, rolled back",
         """
         The server runs again on its previous configuration (a drop-in that sets its decode speed).
         Now a new one is deployed with the restart: a systemd drop-in that loads a bigger model. Before the stop the host is taken out
@@ -204,11 +208,7 @@ def failed_deploy(fleet: Fleet, host: str, report_dir: Path) -> bool:
         """,
     )
     fleet.set_scenario(host, **PREVIOUS)
-    fleet.ssh(
-        host,
-        f"mkdir -p {DROPIN_DIR} && printf %s {shlex.quote(PREVIOUS_DROPIN)} > {DROPIN} && systemctl daemon-reload"
-        " && systemctl reset-failed sglang.service; systemctl restart sglang.service",
-    )
+    fleet.ssh(host, "systemctl reset-failed sglang.service; systemctl restart sglang.service")
     worker = f"http://{fleet.address(host)}:30000"
     with RouterStub(workers=[worker]) as router:
         started = time.monotonic()
@@ -217,28 +217,28 @@ def failed_deploy(fleet: Fleet, host: str, report_dir: Path) -> bool:
     report = read_report(report_dir, host)
     rollback = report.get("rollback") or {}
     outcome = f"verdict {report.get('verdict')} ({report.get('reason')}), now {report.get('state')}"
-    print(f"\n>>> third run: exit code {rc}, {outcome}, after {time.monotonic() - started:.0f} s", flush=True)
+    print(f"\n>>> fourth run: exit code {rc}, {outcome}, after {time.monotonic() - started:.0f} s", flush=True)
     print(f">>> rollback start: {rollback.get('verdict')} ({rollback.get('reason')}) after {rollback.get('elapsed')} s", flush=True)
     print(f">>> the router saw: {', '.join(f'{verb} {url}' for verb, url in changes) or 'nothing'}", flush=True)
     return rc != 0 and report.get("state") == "rolled_back" and changes == [("remove", worker), ("add", worker)]
 
 
 def learning(fleet: Fleet, host: str, report_dir: Path) -> bool:
-    """Act 4: a restart on the configuration the rollback start of act 3 passed on: an ETA in its
-    progress lines, and a warning none of the good starts printed reported as new."""
+    """Act 2: a restart of the configuration the good restart of act 1 passed on: an ETA in its progress
+    lines, and a warning no good start printed reported as new; its canary becomes the baseline."""
     banner(
-        "4/5  Learning from past starts",
+        "2/5  Learning from past starts",
         """
-        Every restart so far added its start to the host's start history
-        (/var/lib/inferops/sglang.service.history.json): phases timed by the journal, line groups seen,
-        a fingerprint of the unit's configuration. The rollback start of act 3 passed on the
-        configuration in place, so this restart of it knows how long a start takes: watch "about Ns
-        left (last K good starts: ...)" in its progress lines (one good start is enough for an ETA;
-        stall limits are learned from 3). This start also prints a warning that no good start
-        printed ("Frobnicator returned error state 7", injected through the simulator's fault file,
-        not the unit's configuration): it is reported as new since the last good starts. The restart
-        also measures this host's first performance canary: no baseline yet, so it becomes the
-        baseline of act 5.
+        The good restart added its start to the host's start history
+        (/var/lib/inferops/sglang.service.history.json): each phase timed by the journal, the line
+        groups it printed, a fingerprint of the unit's configuration. This restart of the same
+        configuration knows how long a start takes: watch "about Ns left (last 1 good start: ...)"
+        in its progress lines (one good start is enough for an ETA; the stall limits of each phase
+        are learned from sglang_restart_history_min_good good starts, 3, not lowered here). This
+        start also prints a warning no good start printed ("Frobnicator returned error state 7",
+        injected through the simulator's fault file, not the unit's configuration): it is reported
+        as new since the last good start. The restart also measures the host's first performance
+        canary: no baseline yet, so it becomes the baseline of act 5.
         """,
     )
     fleet.set_fault(host, **NEW_WARNING)
@@ -251,7 +251,7 @@ def learning(fleet: Fleet, host: str, report_dir: Path) -> bool:
     etas = re.findall(r"about \S+ left \(last \d+ good starts?: [^)]*\)", output)
     new = [event for event in report.get("unrecognized") or [] if (event.get("history") or {}).get("status") == "new"]
     canary = report.get("canary") or {}
-    print(f"\n>>> fourth run: exit code {rc}, verdict {report.get('verdict')} ({report.get('reason')}) after {time.monotonic() - started:.0f} s", flush=True)
+    print(f"\n>>> second run: exit code {rc}, verdict {report.get('verdict')} ({report.get('reason')}) after {time.monotonic() - started:.0f} s", flush=True)
     print(f">>> ETA in {len(etas)} progress lines, first: {etas[0] if etas else 'none'}", flush=True)
     for event in new:
         print(f">>> new since the last good starts: {event.get('message')} ({event['history'].get('text')})", flush=True)
@@ -267,7 +267,7 @@ def slow_deploy(fleet: Fleet, host: str, report_dir: Path) -> bool:
         A new drop-in makes the server decode ten times slower (in real life: a smaller
         --cuda-graph-max-bs, a lost --enable-torch-compile). It starts, answers /health_generate and
         generates a token: every health gate passes. Then the performance canary loads it from the
-        host itself (8 streaming requests, 4 at a time) and compares it with the baseline of act 4:
+        host itself (8 streaming requests, 4 at a time) and compares it with the baseline of act 2:
         it fails, and the deploy is rolled back like a failed start, reason performance_regression.
         The rollback start is measured again, as fast as before. Thresholds here are wide
         (throughput -40%, TTFT p90 +100%, ITL p90 +200%) for a busy machine; the defaults are -10%,
