@@ -1,20 +1,35 @@
 """``make demo``: the restart playbook against one real systemd host running the SGLang simulator.
 
-1. Boots one systemd-nspawn host (``Fleet().up(1)``) with the simulator as ``sglang.service``.
+1. Boots one systemd-nspawn host (``Fleet().up(1)``) with the simulator as ``sglang.service``, with a
+   drop-in that sets the simulated decode speed (200 tokens/s per request, 0.2 s to the first token).
 2. A good restart: a cold start of ~20 s on 8 tensor-parallel ranks, with the benign CUTE_DSL
    warning printed once per rank. The playbook shows progress lines through the start, allowlists
-   the warning and passes.
-3. A bad restart: the same server runs out of GPU memory while capturing CUDA graphs. The playbook
+   the warning and passes. The start goes into the host's start history.
+3. Learning from past starts: the same configuration restarted again, with a warning no good start
+   printed (``Frobnicator returned error state 7``, injected through the simulator's fault file, so
+   that the unit's configuration and its baseline stay the same). Its progress lines carry an ETA
+   from the good start (``about 18s left (last 1 good start: 20s)``: one good start is enough for
+   an ETA, ``sglang_restart_history_min_good`` is left at 3), and the warning is reported as new
+   since the last good start. With ``sglang_restart_canary: true`` it also measures the host's
+   first performance canary, inconclusive: the baseline of act 5.
+4. A bad restart: the same server runs out of GPU memory while capturing CUDA graphs. The playbook
    fails fast, with the traceback (deduplicated across ranks) as evidence.
-4. A failed deploy: a new configuration (a systemd drop-in with a bigger model) is applied as part
+5. A failed deploy: a new configuration (a systemd drop-in with a bigger model) is applied as part
    of the restart, with the host taken out of a router (the stand-in of tests/harness/router_stub.py)
    first. The new start runs out of GPU memory while loading weights; the playbook puts the previous
    configuration back, starts it again, waits for it with the same gates and puts the host back
    into the router only after that start passed.
-5. Tears the host down, always (also on Ctrl-C).
+6. A deploy rolled back for being slow: a drop-in that makes the server decode ten times slower
+   (``SIM_TOKENS_PER_SECOND=20``) passes every health gate, fails its performance canary against
+   the baseline of act 2 (thresholds widened for a busy machine: throughput -40%, TTFT p90 +100%,
+   ITL p90 +200%), and is rolled back with reason ``performance_regression``; the figures are shown
+   beside the baseline, and the rollback start's canary passes.
+7. Tears the host down, always (also on Ctrl-C).
 
-Exit code 0 only when the first run passed, the second failed with reason ``fatal_log`` and the
-third was rolled back to a passing start.
+Exit code 0 only when the good restart passed, the second one passed with an ETA in its progress
+lines and the new warning reported as new (its canary the baseline), the bad restart failed with
+reason ``fatal_log``, the failed deploy was rolled back to a passing start, and the slow deploy was
+rolled back with reason ``performance_regression``; the demo says so for each.
 Run as root from the repository root: ``python -m tests.harness.demo`` (what ``make demo`` does).
 """
 
