@@ -422,6 +422,7 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     runs = [run for lane in lanes for run in lane]
     started: list[tuple[Run, subprocess.Popen[bytes]]] = []
     done = threading.Event()
+    stopping = threading.Event()  # the runner was interrupted: no run starts any more
     printing = threading.Lock()
 
     def one(run: Run) -> None:
@@ -430,27 +431,43 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
             out.write(f"$ {shlex.join(run.argv)}\n")
             out.flush()
             try:
-                if run.needs is not None:
-                    run.needs.result()
+                prepared(run)
             except Exception as exc:  # the run fails, with the reason in its log
                 out.write(f"could not prepare the run: {exc}\n")
                 run.returncode = 1
             else:
-                # a process group of its own: an interrupted runner stops it, with all it started (stop_runs)
-                proc = subprocess.Popen(
-                    run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-                with printing:
-                    started.append((run, proc))
-                proc.wait()
-                run.returncode = proc.returncode
+                with printing:  # stop_runs sees every run started before the interrupt, and none starts after it
+                    # a process group of its own: an interrupted runner stops it, with all it started (stop_runs)
+                    proc = None
+                    if not stopping.is_set():
+                        proc = subprocess.Popen(
+                            run.argv, cwd=REPO_ROOT, env=run.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                        )
+                        started.append((run, proc))
+                if proc is None:
+                    out.write("not started: the runner was interrupted\n")
+                    run.returncode = 1
+                else:
+                    proc.wait()
+                    run.returncode = proc.returncode
         run.elapsed = time.monotonic() - run.started
         with printing:
             print(f"\n==== {run.name}: {'passed' if run.returncode == 0 else 'FAILED'} in {minutes(run.elapsed)} ====", flush=True)
             print(run.log.read_text(encoding="utf-8", errors="replace"), flush=True)
 
+    def prepared(run: Run) -> None:
+        """What the run needs (the real vLLM's install), waited for until it is there or the runner stops."""
+        while run.needs is not None and not stopping.is_set():
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                run.needs.result(timeout=1)
+                return
+        if stopping.is_set():
+            raise RuntimeError("the runner was interrupted")
+
     def lane(runs_in_lane: Sequence[Run]) -> None:
         for run in runs_in_lane:
+            if stopping.is_set():
+                return
             one(run)
 
     def progress() -> None:
@@ -464,14 +481,18 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     watcher = threading.Thread(target=progress, daemon=True)
     watcher.start()
     previous = {signum: signal.signal(signum, _interrupted) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    # not a with block: leaving one waits for every lane to end, and the lanes would go on with their next runs
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes))
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
-            for future in [pool.submit(lane, runs_in_lane) for runs_in_lane in lanes]:
-                future.result()
+        for future in [pool.submit(lane, runs_in_lane) for runs_in_lane in lanes]:
+            future.result()
     except BaseException:
+        with printing:
+            stopping.set()
         stop_runs(started)
         raise
     finally:
+        pool.shutdown(wait=True)
         done.set()
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -125,3 +125,32 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return "zombie"
+
+
+def test_an_interrupted_runner_starts_no_further_run_of_a_lane(tmp_path: Path) -> None:
+    """SIGTERM while a lane's first run goes on: that run is stopped and the lane's next run never
+    starts (the lanes did go on with their next runs while the runner waited for them to end)."""
+    import os
+    import signal
+    import threading
+
+    from tests.harness.versions import Run, execute
+
+    running, second_started = tmp_path / "first-running", tmp_path / "second-started"
+    env = {"INFEROPS_FLEET_DIR": str(tmp_path / "no-fleet"), "INFEROPS_FLEET_NET": "10.250"}
+    first = Run("first", [sys.executable, "-c", f"import time; open({str(running)!r}, 'w'); time.sleep(300)"], env, tmp_path / "first.log")
+    second = Run("second", [sys.executable, "-c", f"open({str(second_started)!r}, 'w')"], env, tmp_path / "second.log")
+
+    def interrupt_once_the_first_runs() -> None:
+        deadline = time.monotonic() + 60
+        while not running.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=interrupt_once_the_first_runs, daemon=True).start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        execute([[first, second]])
+    assert time.monotonic() - began < 120, "the runner waited for the lane instead of stopping it"
+    assert first.returncode is not None and first.returncode != 0
+    assert not second_started.exists(), "the lane's next run started after the interrupt"
