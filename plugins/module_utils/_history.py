@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import calendar
 import hashlib
-import json
 import re
 import statistics
 import time
@@ -32,7 +31,7 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import REDACTED, Scanner, mask
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import clean, parse, record_message
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, RuleSet, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, read_state, record_path
+from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR, RecordError, parse_state, read_state, record_path
 from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import write as _write_json
 
 VERSION = 1
@@ -345,19 +344,7 @@ def empty(unit: str) -> History:
 
 def parse_history(text: str, unit: str) -> History:
     """The history in ``text``, checked; raises HistoryError saying what is wrong."""
-    try:
-        history = json.loads(text)
-    except ValueError as exc:
-        raise HistoryError(f"not JSON ({exc})") from None
-    if not isinstance(history, dict):
-        raise HistoryError(f"not a JSON object but {type(history).__name__}")
-    version = history.get("version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise HistoryError(f"no version number (version={version!r})")
-    if version > VERSION:
-        raise HistoryError(f"written by a newer collection (history version {version}, this collection reads {VERSION})")
-    if history.get("unit") != unit:
-        raise HistoryError(f"names another unit ({history.get('unit')!r}, not {unit!r})")
+    history = parse_state(text, unit, VERSION, "history", HistoryError)
     starts = history.get("starts")
     if not isinstance(starts, list):
         raise HistoryError("starts is not a list")

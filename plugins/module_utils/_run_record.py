@@ -68,22 +68,29 @@ def sha256_of(path: str) -> str | None:
         return None
 
 
+def parse_state(text: str, unit: str, readable: int, kind: str, error: type[RecordError] = RecordError) -> dict[str, t.Any]:
+    """A state file's JSON object, checked: of version ``readable`` or older (``kind`` names it in the
+    message), for this unit. Raises ``error`` saying what is wrong."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise error(f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise error(f"not a JSON object but {type(data).__name__}")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise error(f"no version number (version={version!r})")
+    if version > readable:
+        raise error(f"written by a newer collection ({kind} version {version}, this collection reads {readable})")
+    if data.get("unit") != unit:
+        raise error(f"names another unit ({data.get('unit')!r}, not {unit!r})")
+    return data
+
+
 def parse(text: str, unit: str) -> Record:
     """The record in ``text``, checked: a dict of this collection's version or older, for this unit,
     at a known step. Raises RecordError saying what is wrong."""
-    try:
-        record = json.loads(text)
-    except ValueError as exc:
-        raise RecordError(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise RecordError(f"not a JSON object but {type(record).__name__}")
-    version = record.get("version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise RecordError(f"no version number (version={version!r})")
-    if version > VERSION:
-        raise RecordError(f"written by a newer collection (record version {version}, this collection reads {VERSION})")
-    if record.get("unit") != unit:
-        raise RecordError(f"names another unit ({record.get('unit')!r}, not {unit!r})")
+    record = parse_state(text, unit, VERSION, "record")
     if record.get("step") not in STEPS:
         raise RecordError(f"at an unknown step {record.get('step')!r}")
     for key, kind in (("change", dict), ("traffic", dict)):
