@@ -51,6 +51,12 @@ METRICS: dict[str, tuple[str, str, float | None, str, str]] = {
     "itl_median": ("itl_median_s", "lower", None, "ITL median", "s"),
 }
 DEFAULT_THRESHOLDS: dict[str, float | None] = {name: spec[2] for name, spec in METRICS.items()}
+# The noise floor of each metric, in its own unit (seconds, tokens per second): a change smaller than
+# this is never a failure, however large it is relative to the baseline. On a shared machine a TTFT of
+# 50 ms moves by more than 25 % from one run to the next; a relative threshold alone fails healthy
+# servers. Given in milliseconds for the latencies (FLOOR_UNITS), as the role variables take them.
+DEFAULT_FLOORS: dict[str, float] = {"throughput": 0.0, "ttft_p90": 0.030, "itl_p90": 0.003, "ttft_median": 0.030, "itl_median": 0.003}
+FLOOR_UNITS = {"tok/s": ("tok/s", 1.0), "s": ("ms", 0.001)}
 
 # the server's histograms, by engine, in the order they are looked for (vLLM renamed its ITL one)
 SERVER_HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -428,6 +434,100 @@ def server_figures(
 
 
 # --------------------------------------------------------------------------------------------------
+# The server's own figures from its journal: SGLang's decode batch lines (every 40 decode steps by
+# default: ``Decode batch. #running-req: 16, #token: 17992, token usage: 0.04, gen throughput
+# (token/s): 91.81, #queue-req: 0``), vLLM's periodic stats (every 10 s: ``Avg prompt throughput: 0.0
+# tokens/s, Avg generation throughput: 812.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, ...``)
+
+_SGLANG_DECODE = re.compile(r"Decode batch[.,]\s*(?P<fields>.*)")
+_SGLANG_FIELD = re.compile(r"(?P<key>#running-req|#queue-req|#token|token usage|gen throughput \(token/s\))\s*:\s*(?P<value>[0-9.]+)")
+_VLLM_STATS = re.compile(
+    r"Avg generation throughput:\s*(?P<gen>[0-9.]+)\s*tokens/s(?:,\s*Running:\s*(?P<running>\d+)\s*reqs)?(?:,\s*(?:Waiting|Pending):\s*(?P<queue>\d+)\s*reqs)?"
+)
+
+
+def decode_line(message: str) -> dict[str, float] | None:
+    """The figures of one decode batch line (SGLang) or stats line (vLLM): ``gen_throughput``
+    (tokens/s), ``running`` and ``queue`` (requests), SGLang's ``tokens`` and ``token_usage``; None
+    when the line is neither."""
+    match = _SGLANG_DECODE.search(message)
+    if match:
+        fields = {found["key"]: found["value"] for found in _SGLANG_FIELD.finditer(match["fields"])}
+        if "gen throughput (token/s)" not in fields:
+            return None
+        names = {"gen throughput (token/s)": "gen_throughput", "#running-req": "running", "#queue-req": "queue", "#token": "tokens", "token usage": "token_usage"}
+        try:
+            return {names[key]: float(value) for key, value in fields.items()}
+        except ValueError:
+            return None
+    match = _VLLM_STATS.search(message)
+    if match:
+        figures = {"gen_throughput": float(match["gen"])}
+        if match["running"] is not None:
+            figures["running"] = float(match["running"])
+        if match["queue"] is not None:
+            figures["queue"] = float(match["queue"])
+        return figures
+    return None
+
+
+def journal_figures(messages: t.Iterable[str]) -> Figures | None:
+    """What the server logged of its decoding over the canary: the median, lowest and highest gen
+    throughput of its decode batch lines, the median of its running requests and the most queued;
+    None when it logged none (vLLM logs its stats every 10 s: a short canary may see none)."""
+    found = [figures for figures in (decode_line(message) for message in messages) if figures is not None]
+    if not found:
+        return None
+    rates = [figures["gen_throughput"] for figures in found]
+    running = [figures["running"] for figures in found if "running" in figures]
+    queued = [figures["queue"] for figures in found if "queue" in figures]
+    return {
+        "lines": len(found),
+        "gen_throughput_median": _rounded(percentile(rates, 0.5), 2),
+        "gen_throughput_min": min(rates),
+        "gen_throughput_max": max(rates),
+        "running_median": _rounded(percentile(running, 0.5), 1),
+        "queue_max": max(queued) if queued else None,
+    }
+
+
+def journal_messages(text: str, since: float | None = None) -> list[str]:
+    """The messages of ``journalctl -o json`` output (one entry a line), those logged at or after
+    ``since`` (seconds since the epoch) when given; a message journald kept as bytes is decoded."""
+    messages = []
+    for raw in text.splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if since is not None:
+            try:
+                if int(entry.get("__REALTIME_TIMESTAMP", 0)) < since * 1e6:
+                    continue
+            except (TypeError, ValueError):
+                continue
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):
+            message = bytes(value for value in message if isinstance(value, int) and 0 <= value < 256).decode("utf-8", "replace")
+        if isinstance(message, str):
+            messages.append(message)
+    return messages
+
+
+def journal_line(figures: t.Mapping[str, t.Any] | None) -> str | None:
+    """``server log: gen throughput 812 tok/s (median of 6 decode lines, 790-830; running 4, queued 0 at most)``."""
+    if not figures or figures.get("gen_throughput_median") is None:
+        return None
+    spread = f", {format_value(figures['gen_throughput_min'], 'tok/s')}-{format_value(figures['gen_throughput_max'], 'tok/s')}" if figures["lines"] > 1 else ""
+    running = f"; running {figures['running_median']:g}" if figures.get("running_median") is not None else ""
+    queued = f", queued {figures['queue_max']:g} at most" if figures.get("queue_max") is not None else ""
+    count = f"median of {figures['lines']} decode lines" if figures["lines"] > 1 else "1 decode line"
+    return f"server log: gen throughput {format_value(figures['gen_throughput_median'], 'tok/s')} tok/s ({count}{spread}{running}{queued})"
+
+
+# --------------------------------------------------------------------------------------------------
 # The judge
 
 
@@ -462,6 +562,36 @@ def parse_thresholds(given: t.Mapping[str, t.Any] | None) -> dict[str, float | N
     return thresholds
 
 
+def parse_floors(given: t.Mapping[str, t.Any] | None) -> dict[str, float]:
+    """The noise floors in the metric's unit (seconds for the latencies, tokens per second for the
+    throughput), the defaults overridden by ``given``: per metric a number of milliseconds (``50``,
+    ``"50ms"``, ``"0.05s"``) for TTFT and ITL, of tokens per second (``20``, ``"20 tok/s"``) for the
+    throughput; 0 or null switches the floor off."""
+    floors = dict(DEFAULT_FLOORS)
+    for name, raw in (given or {}).items():
+        if name not in METRICS:
+            raise CanaryError(f"no canary metric {name!r} (one of {', '.join(METRICS)})")
+        unit = METRICS[name][4]
+        word, scale = FLOOR_UNITS[unit]
+        if raw is None or raw == "":
+            floors[name] = 0.0
+            continue
+        if isinstance(raw, bool):
+            raise CanaryError(f"floor of {name} must be a number of {word}, got {raw!r}")
+        if isinstance(raw, (int, float)):
+            value = float(raw) * scale
+        else:
+            match = re.fullmatch(r"\+?(\d+(?:\.\d+)?)\s*(ms|s|tok/s)?", str(raw).strip())
+            suffix = match[2] if match else None
+            if not match or (unit == "s" and suffix == "tok/s") or (unit == "tok/s" and suffix in ("ms", "s")):
+                raise CanaryError(f"floor of {name} must be a number of {word} >= 0 such as {'50 or 50ms' if unit == 's' else '20'}, got {raw!r}")
+            value = float(match[1]) * (1.0 if suffix == "s" else scale)
+        if not math.isfinite(value) or value < 0:
+            raise CanaryError(f"floor of {name} must be a finite number of {word} >= 0, got {raw!r}")
+        floors[name] = value
+    return floors
+
+
 def same_context(entry: t.Mapping[str, t.Any], host: str, hardware: str, model: str) -> bool:
     return entry.get("host") == host and entry.get("hardware") == hardware and entry.get("model") == model
 
@@ -483,6 +613,8 @@ def judge(
     baseline_count: int = 5,
     min_requests: int = 4,
     min_itl_samples: int = 10,
+    floors: t.Mapping[str, float] | None = None,
+    seed_baseline: bool = True,
 ) -> dict[str, t.Any]:
     """The verdict of a canary's figures against the history of the unit's canaries.
 
@@ -491,9 +623,13 @@ def judge(
     "becomes_baseline": bool}``. A run with an error, or with fewer than ``min_requests`` completed
     requests or ``min_itl_samples`` token gaps, is inconclusive: its figures are not compared. A run
     without a baseline is inconclusive and becomes the baseline. Each baseline figure is the median
-    of the last ``baseline_count`` baselines (one outlier among them does not move it).
+    of the last ``baseline_count`` baselines (one outlier among them does not move it). A change
+    smaller than the metric's floor (``floors``, in the metric's unit; DEFAULT_FLOORS) is never a
+    failure, however large relative to the baseline. Without ``seed_baseline`` (a canary of a server
+    in service, the precheck's) a canary without a baseline does not become one.
     """
     limits = parse_thresholds(None) if thresholds is None else {**DEFAULT_THRESHOLDS, **thresholds}
+    noise = {**DEFAULT_FLOORS, **(floors or {})}
     result: dict[str, t.Any] = {
         "verdict": "inconclusive",
         "reason": "",
@@ -517,7 +653,8 @@ def judge(
     chosen = baselines(history, host, hardware, model, baseline_count)
     result["baseline_runs"] = len(chosen)
     if not chosen:
-        result.update(reason=f"no baseline yet for {model} on {host} ({hardware}): this canary becomes the baseline", becomes_baseline=True)
+        becomes = "this canary becomes the baseline" if seed_baseline else "a canary of a server in service does not start one"
+        result.update(reason=f"no baseline yet for {model} on {host} ({hardware}): {becomes}", becomes_baseline=seed_baseline)
         result["lines"] = [f"inconclusive: {result['reason']}"] + [
             line for name in METRICS if (line := _figure_line(name, figures.get(METRICS[name][0]), None, None, None, None))
         ]
@@ -530,8 +667,12 @@ def judge(
         limit = limits.get(name)
         change = None if value is None or not reference else (float(value) - reference) / reference * 100.0
         ok: bool | None = None
+        floor = float(noise.get(name) or 0.0)
+        within_floor = False
         if limit is not None and change is not None:
             ok = change >= limit if better == "higher" else change <= limit
+            if not ok and reference is not None and abs(float(value) - reference) <= floor:
+                ok = within_floor = True  # large relative to the baseline, but within the noise
             if not ok:
                 failed.append(name)
         elif limit is not None and value is None:
@@ -545,10 +686,12 @@ def judge(
                 "baseline": reference,
                 "change_pct": _rounded(change, 1),
                 "threshold_pct": limit,
+                "floor": floor,
+                "within_floor": within_floor,
                 "ok": ok,
             }
         )
-        line = _figure_line(name, value, reference, change, limit, ok)
+        line = _figure_line(name, value, reference, change, limit, ok, floor if within_floor else None)
         if line:
             result["lines"].append(line)
     if failed:
@@ -574,8 +717,11 @@ def format_value(value: float, unit: str) -> str:
     return f"{value * 1000:.0f} ms" if value >= 0.01 else f"{value * 1000:.1f} ms"
 
 
-def _figure_line(name: str, value: t.Any, reference: float | None, change: float | None, limit: float | None, ok: bool | None) -> str | None:
-    """``decode 812 tok/s (baseline 1,604, -49%: FAIL)``; ``TTFT p90 85 ms (baseline 80 ms, +6%: ok)``."""
+def _figure_line(
+    name: str, value: t.Any, reference: float | None, change: float | None, limit: float | None, ok: bool | None, floor: float | None = None
+) -> str | None:
+    """``decode 812 tok/s (baseline 1,604, -49%: FAIL)``; ``TTFT p90 85 ms (baseline 80 ms, +6%: ok)``;
+    ``TTFT p90 62 ms (baseline 41 ms, +51%: ok, within the 30 ms floor)``."""
     _key, _better, _default, label, unit = METRICS[name]
     if value is None:
         return None
@@ -588,6 +734,9 @@ def _figure_line(name: str, value: t.Any, reference: float | None, change: float
     if change is None:
         return f"{label} {shown} (baseline {base})"
     judged = "not judged" if ok is None else ("ok" if ok else "FAIL")
+    if floor is not None:
+        shown_floor = format_value(floor, unit)
+        judged += f", within the {shown_floor}{'' if unit != 's' or shown_floor.endswith('ms') else ' s'}{' tok/s' if unit == 'tok/s' else ''} floor"
     return f"{label} {shown} (baseline {base}, {change:+.0f}%: {judged})"
 
 
@@ -659,6 +808,7 @@ def entry_for(
         "spec": dict(run.get("spec") or {}),
         "figures": dict(run.get("figures") or {}),
         "server": run.get("server"),
+        "journal": run.get("journal"),
         "verdict": verdict.get("verdict"),
         "baseline": verdict.get("verdict") == "pass" or bool(verdict.get("becomes_baseline")),
     }

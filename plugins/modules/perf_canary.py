@@ -81,6 +81,30 @@ options:
         C(<= +25%); null leaves the metric unjudged.
     type: dict
     default: {}
+  floors:
+    description:
+      - The noise floor of each metric - a change smaller than this is never a failure, however large it is
+        relative to the baseline (on a shared machine a TTFT of 50 ms moves by more than 25 % between two runs).
+        Milliseconds for C(ttft_p90), C(ttft_median) (default C(30)), C(itl_p90), C(itl_median) (default C(3)) -
+        a number, or a string such as C(50ms) or C(0.05s); tokens per second for C(throughput) (default C(0)).
+        0 or null switches a floor off.
+    type: dict
+    default: {}
+  seed_baseline:
+    description:
+      - A canary without a baseline (the first of the host and model) becomes the baseline. Set to C(false) for a
+        canary of a server in service (the precheck's), whose figures share the server with its traffic - it is kept,
+        and counts as a baseline only when it passed against one.
+    type: bool
+    default: true
+  journal:
+    description:
+      - Read the server's own decode figures logged in the unit's journal during the load - SGLang's C(Decode batch)
+        lines (C(gen throughput (token/s)), C(#running-req), C(#queue-req)), vLLM's C(Avg generation throughput)
+        lines (every 10 s, so a short load may see none) - and report them beside the stream's figures
+        (RV(canary.journal)). Reported, not judged.
+    type: bool
+    default: true
   baseline_count:
     description: How many of the last passing canaries make the baseline (the median of each figure).
     type: int
@@ -173,6 +197,12 @@ canary:
     server:
       description: The server's own TTFT and ITL over the load from C(/metrics) (C(metric), C(count), C(mean_s), C(p90_s)); null without.
       type: dict
+    journal:
+      description:
+        - The server's decode lines in its journal during the load - C(lines), C(gen_throughput_median),
+          C(gen_throughput_min), C(gen_throughput_max) (tokens/s), C(running_median), C(queue_max); null when it logged
+          none, or O(journal) is off. Also the last line of RV(canary.lines) (C(server log: gen throughput ...)).
+      type: dict
     samples:
       description: Every request, with its TTFT and token gaps.
       type: list
@@ -202,6 +232,7 @@ set_aside:
 """
 
 import platform  # noqa: E402
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -223,6 +254,19 @@ def detect_hardware(module: AnsibleModule) -> str:
     return _canary.hardware_string(cpuinfo, gpus)
 
 
+def read_journal(module: AnsibleModule, unit: str, since: float) -> dict[str, object] | None:
+    """The server's decode figures logged in the unit's journal since ``since`` (seconds since the
+    epoch); None when journalctl is missing, fails or the server logged none."""
+    journalctl = module.get_bin_path("journalctl")
+    if not journalctl:
+        return None
+    argv = [journalctl, "--unit", unit, "--since", f"@{int(since)}", "--output", "json", "--no-pager", "--quiet"]
+    rc, out, _err = module.run_command(argv)
+    if rc != 0:
+        return None
+    return _canary.journal_figures(_canary.journal_messages(out, since))
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -238,6 +282,9 @@ def main() -> None:
             "timeout": {"type": "float", "default": 120.0},
             "server_metrics": {"type": "bool", "default": True},
             "thresholds": {"type": "dict", "default": {}},
+            "floors": {"type": "dict", "default": {}},
+            "seed_baseline": {"type": "bool", "default": True},
+            "journal": {"type": "bool", "default": True},
             "baseline_count": {"type": "int", "default": 5},
             "min_requests": {"type": "int", "default": 4},
             "hardware": {"type": "str"},
@@ -252,6 +299,7 @@ def main() -> None:
     try:
         store = _canary.store_path(params["unit"], params["state_dir"])
         thresholds = _canary.parse_thresholds(params["thresholds"])
+        floors = _canary.parse_floors(params["floors"])
         spec = _canary.LoadSpec(params["requests"], params["concurrency"], params["prompt_tokens"], params["max_tokens"], params["timeout"])
         _canary.check_spec(spec)
         _canary.loopback_target(params["url"])
@@ -265,11 +313,27 @@ def main() -> None:
     if module.check_mode:
         skipped: dict[str, object] = {"verdict": "skipped", "reason": "check mode: no load sent", "lines": [], "host": host, "hardware": hardware}
         module.exit_json(changed=False, canary=skipped, store=store, problem=problem, set_aside=None)
+    started = time.time()
     try:
         run = _canary.run_load(params["url"], spec, params["api_key"], params["model"], params["engine"], params["server_metrics"])
     except _canary.CanaryError as exc:
         module.fail_json(msg=f"perf_canary: the canary cannot run: {exc}", store=store, problem=problem)
-    verdict = _canary.judge(run["figures"], history, host, hardware, run["model"], thresholds, params["baseline_count"], params["min_requests"])
+    run["journal"] = read_journal(module, params["unit"], started) if params["journal"] else None
+    verdict = _canary.judge(
+        run["figures"],
+        history,
+        host,
+        hardware,
+        run["model"],
+        thresholds,
+        params["baseline_count"],
+        params["min_requests"],
+        floors=floors,
+        seed_baseline=params["seed_baseline"],
+    )
+    logged = _canary.journal_line(run["journal"])
+    if logged:
+        verdict["lines"].append(logged)
     canary: dict[str, object] = {**verdict, **run, "host": host, "hardware": hardware}
     set_aside = None
     if params["record"]:

@@ -56,6 +56,10 @@ injected there is no change of the unit's configuration, as a real server's hang
 ``SIM_MAX_RUNNING``        requests generated at once (SGLang's --max-running-requests, vLLM's
                            --max-num-seqs), default 0 (no limit): the others wait for a slot, and
                            their wait counts in their TTFT
+``SIM_DECODE_LOG_INTERVAL`` decode tokens between two of SGLang's ``Decode batch. #running-req: N,
+                           #token: N, token usage: X, gen throughput (token/s): X, #queue-req: N``
+                           lines (its --decode-log-interval, counted here in tokens of all the
+                           running requests), default 40; 0 logs none
 
 Scenarios and how they end:
 
@@ -257,6 +261,7 @@ class Config:
     ttft_seconds: float = 0.0
     tokens_per_second: float = 0.0
     max_running: int = 0
+    decode_log_interval: int = 40
     leak_api_key: bool = False
 
     @classmethod
@@ -297,6 +302,7 @@ class Config:
             ttft_seconds=_env_float(env, "SIM_TTFT_SECONDS", 0.0),
             tokens_per_second=_env_float(env, "SIM_TOKENS_PER_SECOND", 0.0),
             max_running=_env_int(env, "SIM_MAX_RUNNING", 0, 0),
+            decode_log_interval=_env_int(env, "SIM_DECODE_LOG_INTERVAL", 40, 0),
             leak_api_key=env.get("SIM_LEAK_API_KEY", "").strip() == "1",
         )
 
@@ -904,6 +910,8 @@ class ServeState:
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     slots: threading.BoundedSemaphore | None = None
+    decode_tokens: int = 0  # since the last decode batch line
+    decode_since: float = 0.0  # monotonic time of the last decode batch line (or of the batch's start)
 
     def observe(self, ttft: float | None = None, itl: float | None = None) -> None:
         with self.lock:
@@ -1078,6 +1086,7 @@ class SimApp:
                     time.sleep(max(0.0, first + n / cfg.tokens_per_second - time.monotonic()))
                 now = time.monotonic()
                 self.state.observe(itl=now - last)
+                self.sim.count_decode_token()
                 last = now
                 yield n
         finally:
@@ -1449,6 +1458,9 @@ class Simulator:
     def log_batch(self, prompt_tokens: int) -> None:
         """A line the engine prints when it runs a generation batch (none by default)."""
 
+    def count_decode_token(self) -> None:
+        """One more decode token generated (SGLang logs a decode batch line every so many)."""
+
     def needs_api_key(self, path: str) -> bool:
         raise NotImplementedError
 
@@ -1493,7 +1505,29 @@ class SglangSimulator(Simulator):
     def access_line(self, message: str) -> None:
         self.main_line(f"INFO:     {message}")
 
+    def count_decode_token(self) -> None:
+        """Every SIM_DECODE_LOG_INTERVAL decode tokens, SGLang's decode batch line: the requests
+        running and waiting, and the tokens generated per second since the last line."""
+        interval = self.cfg.decode_log_interval
+        if interval <= 0:
+            return
+        with self.state.lock:
+            now = time.monotonic()
+            self.state.decode_tokens += 1
+            if self.state.decode_tokens < interval:
+                return
+            since = self.state.decode_since or now
+            rate = self.state.decode_tokens / (now - since) if now > since else 0.0
+            self.state.decode_tokens, self.state.decode_since = 0, now
+            running, queued = self.state.running_requests, max(0, self.state.in_flight - self.state.running_requests)
+        self.rank_line(
+            0, f"Decode batch. #running-req: {running}, #token: {running * 64}, token usage: 0.00, gen throughput (token/s): {rate:.2f}, #queue-req: {queued}"
+        )
+
     def log_batch(self, prompt_tokens: int) -> None:
+        with self.state.lock:
+            if self.state.running_requests <= 1:  # the first request after an idle time: a new batch
+                self.state.decode_tokens, self.state.decode_since = 0, time.monotonic()
         self.rank_line(0, f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0")
 
     def needs_api_key(self, path: str) -> bool:

@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _canary
 from tests.unit.harness.test_simulator import SimProcess, free_port
+from tests.unit.conftest import corpus_lines
 from tests.unit.plugins.conftest import SIM_KEY
 
 HOST, HARDWARE, MODEL = "gpu-a0", "8x NVIDIA H200", "/models/DeepSeek-R1"
@@ -122,6 +123,62 @@ def test_bad_thresholds_are_refused(given: dict[str, Any], message: str) -> None
         _canary.parse_thresholds(given)
 
 
+def test_a_tiny_absolute_change_that_is_a_large_relative_one_passes_within_the_noise_floor() -> None:
+    """A 50 ms TTFT that became 75 ms (+50 %) on a shared machine: noise, not a regression (default
+    floor 30 ms); an ITL of 2 ms that became 4 ms (+100 %): within the default 3 ms."""
+    fast = [entry(ttft_p90=0.050, itl_p90=0.002)]
+    verdict = judge(figures(ttft_p90=0.075, itl_p90=0.004), fast)
+    assert verdict["verdict"] == "pass", verdict["lines"]
+    ttft = next(metric for metric in verdict["metrics"] if metric["name"] == "ttft_p90")
+    assert (ttft["change_pct"], ttft["ok"], ttft["within_floor"], ttft["floor"]) == (50.0, True, True, 0.030)
+    assert "TTFT p90 75 ms (baseline 50 ms, +50%: ok, within the 30 ms floor)" in verdict["lines"]
+    assert "ITL p90 4.0 ms (baseline 2.0 ms, +100%: ok, within the 3.0 ms floor)" in verdict["lines"]
+
+
+def test_a_large_absolute_change_still_fails_whatever_the_floor() -> None:
+    fast = [entry(ttft_p90=0.050, itl_p90=0.002)]
+    verdict = judge(figures(ttft_p90=0.500, itl_p90=0.004), fast)
+    assert verdict["verdict"] == "fail"
+    assert "TTFT p90 500 ms (baseline 50 ms, +900%: FAIL)" in verdict["lines"]
+    # just over the floor fails; the floor switched off, the tiny change fails too
+    assert judge(figures(ttft_p90=0.081), fast)["verdict"] == "fail"
+    assert judge(figures(ttft_p90=0.075), fast, floors=_canary.parse_floors({"ttft_p90": 0}))["verdict"] == "fail"
+    # a floor on the throughput, in tokens per second: 20 tok/s less of 100 is within a 25 tok/s floor
+    slow = figures(tps=80.0)
+    assert judge(slow, [entry(tps=100.0)])["verdict"] == "fail"
+    assert judge(slow, [entry(tps=100.0)], floors=_canary.parse_floors({"throughput": "25 tok/s"}))["verdict"] == "pass"
+
+
+def test_floors_are_milliseconds_for_latencies_and_tokens_per_second_for_throughput() -> None:
+    floors = _canary.parse_floors({"ttft_p90": 100, "itl_p90": "5ms", "ttft_median": "0.2s", "itl_median": None, "throughput": 20})
+    assert floors == {"ttft_p90": 0.1, "itl_p90": 0.005, "ttft_median": 0.2, "itl_median": 0.0, "throughput": 20.0}
+    assert _canary.parse_floors(None) == _canary.DEFAULT_FLOORS
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"latency": 5}, "no canary metric 'latency'"),
+        ({"ttft_p90": "-5ms"}, "floor of ttft_p90 must be a number of ms >= 0"),
+        ({"ttft_p90": "20 tok/s"}, "floor of ttft_p90 must be a number of ms"),
+        ({"throughput": "5ms"}, "floor of throughput must be a number of tok/s"),
+        ({"itl_p90": True}, "floor of itl_p90 must be a number of ms"),
+        ({"itl_p90": -1}, ">= 0"),
+        ({"itl_p90": float("inf")}, "finite"),
+    ],
+)
+def test_bad_floors_are_refused(given: dict[str, Any], message: str) -> None:
+    with pytest.raises(_canary.CanaryError, match=message):
+        _canary.parse_floors(given)
+
+
+def test_a_canary_of_a_server_in_service_does_not_start_a_baseline() -> None:
+    verdict = judge(figures(), [], seed_baseline=False)
+    assert (verdict["verdict"], verdict["becomes_baseline"]) == ("inconclusive", False)
+    assert "a canary of a server in service does not start one" in verdict["reason"]
+    assert _canary.entry_for({"figures": figures()}, verdict, HOST, HARDWARE)["baseline"] is False
+
+
 def test_errors_in_the_load_are_inconclusive_never_a_pass() -> None:
     verdict = judge(figures(errors=2, ok_requests=14, error_examples=["HTTP 503: busy"]), [entry()])
     assert verdict["verdict"] == "inconclusive"
@@ -218,6 +275,66 @@ def test_a_unit_that_cannot_name_a_store_is_refused(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# The server's figures from its journal
+
+
+def corpus_throughput_lines() -> dict[str, list[str]]:
+    """The real decode and stats lines of the corpus, by engine."""
+    found: dict[str, list[str]] = {}
+    for item in corpus_lines():
+        if "gen throughput" in item["line"] or "Avg generation throughput" in item["line"]:
+            found.setdefault(item["engine"], []).append(item["line"])
+    return found
+
+
+def test_sglangs_decode_batch_lines_from_the_corpus_are_read() -> None:
+    lines = corpus_throughput_lines()["sglang"]
+    assert len(lines) >= 2
+    parsed = [_canary.decode_line(line) for line in lines]
+    assert {"gen_throughput": 91.81, "running": 16.0, "queue": 0.0, "tokens": 17992.0, "token_usage": 0.04} in parsed
+    assert {"gen_throughput": 81.25, "running": 26.0, "queue": 17.0, "tokens": 53692.0, "token_usage": 0.96} in parsed
+    # the newer wording, a comma after "Decode batch" and the CUDA graph flag between the figures
+    newer = "[2025-06-01 10:00:00 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, cuda graph: True, gen throughput (token/s): 812.30, #queue-req: 0,"
+    assert _canary.decode_line(newer) == {"running": 4.0, "tokens": 900.0, "token_usage": 0.01, "gen_throughput": 812.3, "queue": 0.0}
+
+
+def test_vllms_stats_lines_from_the_corpus_are_read() -> None:
+    lines = corpus_throughput_lines()["vllm"]
+    assert lines and all(_canary.decode_line(line) == {"gen_throughput": 0.0, "running": 0.0, "queue": 0.0} for line in lines)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2025-03-11 16:17:02 TP0] Prefill batch. #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0",
+        "[2025-03-11 16:17:03 TP0] Decode batch. #running-req: 16, #token: 17992",  # no throughput: nothing to report
+        'INFO:     127.0.0.1:39428 - "POST /v1/completions HTTP/1.1" 200 OK',
+    ],
+)
+def test_other_lines_are_not_decode_figures(line: str) -> None:
+    assert _canary.decode_line(line) is None
+
+
+def test_the_journal_figures_of_a_canary_window() -> None:
+    entries = [
+        {"__REALTIME_TIMESTAMP": "1700000000000000", "MESSAGE": "[TP0] Decode batch. #running-req: 1, #token: 5, token usage: 0.00, gen throughput (token/s): 9.00, #queue-req: 0"},
+        *(
+            {"__REALTIME_TIMESTAMP": str(1700000010000000 + n), "MESSAGE": f"[TP0] Decode batch. #running-req: 4, #token: 64, token usage: 0.00, gen throughput (token/s): {rate}, #queue-req: {queue}"}
+            for n, (rate, queue) in enumerate([(780.0, 0), (812.0, 2), (830.5, 1)])
+        ),
+        # journald keeps a message that is not UTF-8 as bytes
+        {"__REALTIME_TIMESTAMP": "1700000011000000", "MESSAGE": list(b"\xff [TP0] Prefill batch. #new-seq: 1")},
+    ]
+    text = "\n".join(json.dumps(entry) for entry in entries) + "\nnot json\n"
+    messages = _canary.journal_messages(text, since=1700000005.0)
+    assert len(messages) == 4  # the line before the window left out
+    figures = _canary.journal_figures(messages)
+    assert figures == {"lines": 3, "gen_throughput_median": 812.0, "gen_throughput_min": 780.0, "gen_throughput_max": 830.5, "running_median": 4.0, "queue_max": 2.0}
+    assert _canary.journal_line(figures) == "server log: gen throughput 812 tok/s (median of 3 decode lines, 780-830; running 4, queued 2 at most)"
+    assert _canary.journal_figures(["nothing here"]) is None and _canary.journal_line(None) is None
+
+
+# --------------------------------------------------------------------------------------------------
 # The server's figures
 
 
@@ -289,6 +406,9 @@ def test_the_load_measures_the_stream_and_the_servers_own_figures(fast_sim: SimP
     assert server["ttft"]["metric"] == "sglang:time_to_first_token_seconds" and server["ttft"]["count"] == 8
     assert server["itl"]["metric"] == "sglang:inter_token_latency_seconds" and server["itl"]["count"] == 8 * 23
     assert server["ttft"]["mean_s"] >= 0.05
+    # the simulator logs SGLang's decode batch lines as the load runs (every 40 decode tokens)
+    logged = _canary.journal_figures(fast_sim.text.splitlines())
+    assert logged is not None and logged["lines"] >= (8 * 23) // 40 and logged["gen_throughput_median"] > 0, logged
 
 
 def test_a_slower_server_is_measured_slower_and_judged_a_regression(fast_sim: SimProcess, slow_sim: SimProcess) -> None:
