@@ -21,7 +21,7 @@ import os.path
 import typing as t
 import urllib.parse
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._canary import CanaryError, loopback_target, parse_thresholds
+from ansible_collections.inferops.runbooks.plugins.module_utils._canary import CanaryError, loopback_target, parse_floors, parse_thresholds
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
@@ -265,10 +265,14 @@ ROLE_ONLY_OPTIONS: Spec = {
     "canary_prompt_tokens": {"type": "int", "default": 512},
     "canary_max_tokens": {"type": "int", "default": 128},
     "canary_thresholds": {"type": "dict", "default": {}},
+    "canary_floors": {"type": "dict", "default": {}},
     "canary_on_fail": {"type": "str", "default": "fail", "choices": ["fail", "warn"]},
 }
 HISTORY_OPTIONS = ("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "fail_on_new")
-CANARY_OPTIONS = ("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens", "canary_thresholds", "canary_on_fail")
+CANARY_OPTIONS = (
+    *("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens"),
+    *("canary_thresholds", "canary_floors", "canary_on_fail"),
+)
 # vLLM's /health answers 200 while the engine cannot generate (a model its CPU attention does not
 # support dies on the first request): its gates generate one token unless told not to
 SMOKE_BY_DEFAULT = ("vllm",)
@@ -302,11 +306,12 @@ ROLE_SPECS: dict[str, Spec] = {
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact", "journal_grep", "incremental"),
         *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new"),
+        *CANARY_OPTIONS,
     ),
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
-YAML_TEXT = ("extra_rules", "stall_limits", "canary_thresholds")
+YAML_TEXT = ("extra_rules", "stall_limits", "canary_thresholds", "canary_floors")
 COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks", "redact")
 PORTS = (1, 65535)
 # URLs that must point at the target itself: (option, the option that allows another host, why not)
@@ -370,7 +375,7 @@ def check_role_values(
 
 
 def canary_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
-    """The canary's thresholds (whether or not it is on), and, when it is on, a server it may load:
+    """The canary's thresholds and floors (whether or not it is on), and, when it is on, a server it may load:
     the health URL's, on loopback (the canary never sends its load across the network)."""
     problems = []
     if isinstance(values.get("canary_thresholds"), t.Mapping):
@@ -378,6 +383,11 @@ def canary_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str
             parse_thresholds(values["canary_thresholds"])
         except CanaryError as exc:
             problems.append(f"{prefix}canary_thresholds: {exc}")
+    if isinstance(values.get("canary_floors"), t.Mapping):
+        try:
+            parse_floors(values["canary_floors"])
+        except CanaryError as exc:
+            problems.append(f"{prefix}canary_floors: {exc}")
     if values.get("canary") and isinstance(values.get("health_url"), str):
         try:
             loopback_target(values["health_url"])

@@ -179,6 +179,7 @@ FORMS: dict[str, Form] = {
             ("health_status", "health.status"),
             *_EVENTS,
             ("check_mode", "check_mode"),
+            ("canary_verdict", "canary.verdict"),
         ),
         stats=(
             ("verdict", "verdict"),
@@ -191,6 +192,9 @@ FORMS: dict[str, Form] = {
             ("unrecognized", "#unrecognized"),
             ("allowlisted", "#allowlisted"),
             ("counts", "counts"),
+            ("canary_verdict", "canary.verdict"),
+            ("canary_output_tokens_per_s", "canary.figures.output_tokens_per_s"),
+            ("canary_baseline_output_tokens_per_s", "canary.baseline.throughput"),
         ),
         deployment_headline=_precheck_deployment_headline,
         no_phase="no journal",
@@ -619,7 +623,7 @@ def canary_lines(report: Report) -> list[str]:
     verdict = str(canary["verdict"])
     runs = canary.get("baseline_runs")
     against = f", against the median of {runs} baseline canar{'y' if runs == 1 else 'ies'}" if runs else ""
-    warn = " (warning only: sglang_restart_canary_on_fail is warn)" if verdict == "fail" and canary.get("on_fail") == "warn" else ""
+    warn = f" (warning only: {report.get('role') or 'sglang_restart'}_canary_on_fail is warn)" if verdict == "fail" and canary.get("on_fail") == "warn" else ""
     head = f"performance canary: {verdict.upper()}{against}{warn}"
     if verdict != "pass" and canary.get("reason"):
         head += f" - {cut(canary['reason'], MSG_LIMIT)}"

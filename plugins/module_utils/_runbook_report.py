@@ -356,7 +356,7 @@ def _canary(observed: Observed) -> dict[str, t.Any]:
     if result.get("failed") or not canary:
         # could not run at all (no model listed, the store unwritable): reported, never a regression
         return {**section, "verdict": "inconclusive", "reason": f"the canary could not run: {_text(result.get('msg'))}", "error": _text(result.get("msg"))}
-    keys = ("verdict", "reason", "lines", "metrics", "baseline", "baseline_runs", "becomes_baseline", "figures", "server", "samples", "model", "hardware")
+    keys = ("verdict", "reason", "lines", "metrics", "baseline", "baseline_runs", "becomes_baseline", "figures", "server", "journal", "samples", "model", "hardware")
     return {**section, **{key: canary.get(key) for key in keys}, "store": result.get("store"), "problem": result.get("problem")}
 
 
@@ -445,6 +445,10 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
     after_smoke = _after_smoke(observed, smoke) if reason == "smoke_failed" else None
     journal = after_smoke or look.journal
     outcome = {"verdict": "pass" if reason == "ready" else "fail", "reason": reason, "msg": msg}
+    canary = _canary(observed)
+    if reason == "ready" and canary.get("verdict") == "fail":
+        # with canary_on_fail: warn (a failing one with fail is the check _canary_failed)
+        outcome["msg"] = _canary_outcome(canary, {"verdict": "pass", "reason": reason, "msg": msg})["msg"]
     return {
         **_named("sglang_precheck", observed, outcome, failure),
         "checked_at": _iso(started),
@@ -473,6 +477,7 @@ def precheck_report(observed: Observed, now: float | None = None) -> Report:
         **_with_history(_evidence(journal, None, None), history_section(observed)),
         "history": history_section(observed),
         "smoke_test": smoke,
+        "canary": canary,
     }
 
 
@@ -611,6 +616,16 @@ def _smoke_failed(observed: Observed, look: _Look, unit: str, host: str) -> tupl
     return "smoke_failed", _smoke_failure(observed, smoke, _after_smoke(observed, smoke))
 
 
+def _canary_failed(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """With the precheck's canary on: the server in service is slower than the host's baseline
+    (``performance_regression``), unless a failed canary only warns (canary_on_fail: warn)."""
+    canary = _canary(observed)
+    if canary.get("verdict") != "fail" or canary.get("on_fail") == "warn":
+        return None
+    failing = [str(line) for line in canary.get("lines") or [] if str(line).endswith("FAIL)")]
+    return "performance_regression", f"{unit} is in service but slower than the host's baseline: {'; '.join(failing) or canary.get('reason')}"
+
+
 def _unrecognized_strict(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
     unrecognized = look.journal.get("unrecognized") or []
     if not (_setting(observed, "strict", False) and unrecognized):
@@ -642,6 +657,7 @@ _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None
     _health_failed,
     _not_ready,
     _smoke_failed,
+    _canary_failed,
     _unrecognized_strict,
     _new_lines,
     _interrupted_run,
