@@ -159,10 +159,42 @@ def start_request(fleet: Fleet, host: str, max_tokens: int, seconds: float = IN_
     return sequences
 
 
-def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
-    """restart_vllm.yml with its defaults: the real ready line, /health, one real generated token
-    (the model's name read from /v1/models), vLLM's real warnings allowlisted; then the precheck."""
-    run, data = restart(run_playbook, vllm_host, tmp_path)
+# The performance canary on the real server, sized for the tiny model on a shared 2-core machine: 8
+# streams of 64 tokens, 4 at a time; thresholds wide enough for the noise of a busy machine (the slow
+# deploy below is several times slower, not tens of percent)
+CANARY = {
+    "sglang_restart_canary": True,
+    "sglang_restart_canary_requests": 8,
+    "sglang_restart_canary_concurrency": 4,
+    "sglang_restart_canary_prompt_tokens": 64,
+    "sglang_restart_canary_max_tokens": 64,
+    "sglang_restart_canary_thresholds": {"throughput": "-50%", "ttft_p90": "+200%", "itl_p90": "+200%"},
+}
+PRECHECK_CANARY = {name.replace("sglang_restart_", "sglang_precheck_"): value for name, value in CANARY.items()}
+CANARY_STORE = f"/var/lib/inferops/{UNIT}.canary.json"
+
+
+def canary_figures(name: str, canary: dict[str, Any]) -> None:
+    """One line per canary with its measured figures beside the baseline."""
+    figures = canary.get("figures") or {}
+    lines = "; ".join(str(line) for line in canary.get("lines") or [] if not str(line).startswith("inconclusive: "))
+    record(
+        f"real vLLM canary, {name}: {str(canary.get('verdict')).upper()}, {figures.get('output_tokens_per_s')} tok/s, "
+        f"TTFT p90 {figures.get('ttft_p90_s')} s, ITL p90 {figures.get('itl_p90_s')} s ({lines})"
+    )
+
+
+def test_a_real_start_passes_restart_and_precheck_and_a_slower_deploy_is_rolled_back(
+    fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """restart_vllm.yml with its defaults and the performance canary: the real ready line, /health, one
+    real generated token (the model's name read from /v1/models), vLLM's real warnings allowlisted, and
+    the first canary, which becomes the baseline; then the precheck, whose canary of the server in
+    service passes against it; then a deploy that really slows the server (--max-num-seqs 1, below the
+    canary's 4 streams at once) passes every health gate, is measured slower, fails as a
+    performance_regression and is rolled back, and the rollback start's canary passes again."""
+    fleet.ssh(vllm_host, f"rm -f {CANARY_STORE} {CANARY_STORE}.unusable")
+    run, data = restart(run_playbook, vllm_host, tmp_path / "good", **CANARY)
     timings("good start", data, run.elapsed)
     assert run.returncode == 0, run
     assert f"{vllm_host} {UNIT}: PASS (ready)" in run.output
@@ -173,12 +205,46 @@ def test_a_real_start_passes_restart_and_precheck(fleet: Fleet, vllm_host: str, 
     rules = {event["rule"] for event in data["allowlisted"]}
     assert any(rule.startswith("vllm-") for rule in rules), rules
     assert served(fleet, vllm_host)["id"] == SERVED_NAME
+    canary = data["canary"]
+    assert isinstance(canary, dict)
+    canary_figures("good start", canary)
+    assert (canary["verdict"], canary["becomes_baseline"], canary["model"]) == ("inconclusive", True, SERVED_NAME), canary["reason"]
+    assert canary["figures"]["errors"] == 0 and canary["figures"]["output_tokens"] == 8 * 64, canary["figures"]
+    assert canary["server"]["ttft"]["metric"] == "vllm:time_to_first_token_seconds" and canary["server"]["ttft"]["count"] >= 8, canary["server"]
 
-    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path)})
-    assert precheck.returncode == 0, precheck
+    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path), **PRECHECK_CANARY})
     checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    canary_figures("precheck", checked["canary"])
+    assert precheck.returncode == 0, precheck
     assert (checked["verdict"], checked["invocation_id"]) == ("pass", data["invocation_id"])
     assert checked["smoke_test"]["passed"] is True and checked["smoke_test"]["status"] == 200, checked["smoke_test"]  # it generated
+    assert (checked["canary"]["verdict"], checked["canary"]["baseline_runs"]) == ("pass", 1), checked["canary"]["lines"]
+
+    # fewer sequences at once than the canary sends: the server is healthy, and serves them one by one
+    slow = f"[Service]\nExecStart=\nExecStart={real.command('tiny', '--max-num-seqs', '1')}\n"
+    run, data = restart(run_playbook, vllm_host, tmp_path / "slow", sglang_restart_dropin_content=slow, **CANARY)
+    timings("deploy --max-num-seqs 1", data, run.elapsed)
+    canary = data["canary"]
+    assert isinstance(canary, dict)
+    canary_figures("--max-num-seqs 1", canary)
+    rollback = data["rollback"]
+    assert isinstance(rollback, dict)
+    canary_figures("rollback start", rollback["canary"])
+    assert run.returncode != 0, run
+    assert (data["verdict"], data["reason"], data["state"]) == ("fail", "performance_regression", "rolled_back"), data["msg"]
+    assert canary["verdict"] == "fail" and canary["baseline_runs"] == 2, canary["lines"]
+    assert any(str(line).endswith(": FAIL)") for line in canary["lines"]), canary["lines"]
+    assert f"{vllm_host} {UNIT}: FAIL (performance_regression): rolled back, serving the previous configuration again" in flat(run.output)
+    assert rollback["verdict"] == "pass" and rollback["canary"]["verdict"] == "pass", (rollback["verdict"], rollback["canary"])
+    assert "rollback canary: PASS" in run.output
+    assert "--max-num-seqs" not in fleet.unit_property(vllm_host, "ExecStart", unit=UNIT)  # the previous configuration again
+    stored = json.loads(fleet.ssh(vllm_host, f"cat {CANARY_STORE}").stdout)
+    assert [(entry["verdict"], entry["baseline"]) for entry in stored["entries"]] == [
+        ("inconclusive", True),
+        ("pass", True),
+        ("fail", False),
+        ("pass", True),
+    ]
 
 
 def start_until_healthy(fleet: Fleet, host: str, timeout: float = 1200) -> None:
