@@ -455,7 +455,13 @@ def decode_line(message: str) -> dict[str, float] | None:
         fields = {found["key"]: found["value"] for found in _SGLANG_FIELD.finditer(match["fields"])}
         if "gen throughput (token/s)" not in fields:
             return None
-        names = {"gen throughput (token/s)": "gen_throughput", "#running-req": "running", "#queue-req": "queue", "#token": "tokens", "token usage": "token_usage"}
+        names = {
+            "gen throughput (token/s)": "gen_throughput",
+            "#running-req": "running",
+            "#queue-req": "queue",
+            "#token": "tokens",
+            "token usage": "token_usage",
+        }
         try:
             return {names[key]: float(value) for key, value in fields.items()}
         except ValueError:

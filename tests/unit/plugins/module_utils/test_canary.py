@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _canary
-from tests.unit.harness.test_simulator import SimProcess, free_port
 from tests.unit.conftest import corpus_lines
+from tests.unit.harness.test_simulator import SimProcess, free_port
 from tests.unit.plugins.conftest import SIM_KEY
 
 HOST, HARDWARE, MODEL = "gpu-a0", "8x NVIDIA H200", "/models/DeepSeek-R1"
@@ -294,7 +294,8 @@ def test_sglangs_decode_batch_lines_from_the_corpus_are_read() -> None:
     assert {"gen_throughput": 91.81, "running": 16.0, "queue": 0.0, "tokens": 17992.0, "token_usage": 0.04} in parsed
     assert {"gen_throughput": 81.25, "running": 26.0, "queue": 17.0, "tokens": 53692.0, "token_usage": 0.96} in parsed
     # the newer wording, a comma after "Decode batch" and the CUDA graph flag between the figures
-    newer = "[2025-06-01 10:00:00 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, cuda graph: True, gen throughput (token/s): 812.30, #queue-req: 0,"
+    newer = "[2025-06-01 10:00:00 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, cuda graph: True, gen throughput (token/s): 812.30, "
+    newer += "#queue-req: 0,"
     assert _canary.decode_line(newer) == {"running": 4.0, "tokens": 900.0, "token_usage": 0.01, "gen_throughput": 812.3, "queue": 0.0}
 
 
@@ -317,9 +318,15 @@ def test_other_lines_are_not_decode_figures(line: str) -> None:
 
 def test_the_journal_figures_of_a_canary_window() -> None:
     entries = [
-        {"__REALTIME_TIMESTAMP": "1700000000000000", "MESSAGE": "[TP0] Decode batch. #running-req: 1, #token: 5, token usage: 0.00, gen throughput (token/s): 9.00, #queue-req: 0"},
+        {
+            "__REALTIME_TIMESTAMP": "1700000000000000",
+            "MESSAGE": "[TP0] Decode batch. #running-req: 1, #token: 5, token usage: 0.00, gen throughput (token/s): 9.00, #queue-req: 0",
+        },
         *(
-            {"__REALTIME_TIMESTAMP": str(1700000010000000 + n), "MESSAGE": f"[TP0] Decode batch. #running-req: 4, #token: 64, token usage: 0.00, gen throughput (token/s): {rate}, #queue-req: {queue}"}
+            {
+                "__REALTIME_TIMESTAMP": str(1700000010000000 + n),
+                "MESSAGE": f"[TP0] Decode batch. #running-req: 4, #token: 64, token usage: 0.00, gen throughput (token/s): {rate}, #queue-req: {queue}",
+            }
             for n, (rate, queue) in enumerate([(780.0, 0), (812.0, 2), (830.5, 1)])
         ),
         # journald keeps a message that is not UTF-8 as bytes
@@ -329,7 +336,14 @@ def test_the_journal_figures_of_a_canary_window() -> None:
     messages = _canary.journal_messages(text, since=1700000005.0)
     assert len(messages) == 4  # the line before the window left out
     figures = _canary.journal_figures(messages)
-    assert figures == {"lines": 3, "gen_throughput_median": 812.0, "gen_throughput_min": 780.0, "gen_throughput_max": 830.5, "running_median": 4.0, "queue_max": 2.0}
+    assert figures == {
+        "lines": 3,
+        "gen_throughput_median": 812.0,
+        "gen_throughput_min": 780.0,
+        "gen_throughput_max": 830.5,
+        "running_median": 4.0,
+        "queue_max": 2.0,
+    }
     assert _canary.journal_line(figures) == "server log: gen throughput 812 tok/s (median of 3 decode lines, 780-830; running 4, queued 2 at most)"
     assert _canary.journal_figures(["nothing here"]) is None and _canary.journal_line(None) is None
 

@@ -416,3 +416,37 @@ def test_a_precheck_that_failed_before_the_smoke_test_keeps_its_own_reason() -> 
     """The smoke test runs only after a look that passed; a failed look's reason comes first anyway."""
     report = precheck_report(options=options(smoke_test=True), probe=probe_result(status=503), smoke={"status": 500})
     assert report["reason"] == "health_failed"
+
+
+# -- the precheck's performance canary ------------------------------------------------------------
+
+
+def test_a_precheck_whose_server_is_slower_than_its_baseline_fails_as_a_performance_regression() -> None:
+    report = precheck_report(options=options(canary=True, canary_on_fail="fail"), canary=canary_result(812))
+    assert (report["verdict"], report["reason"]) == ("fail", "performance_regression")
+    assert report["msg"] == f"{UNIT} is in service but slower than the host's baseline: decode 812 tok/s (baseline 1,604, -49%: FAIL)"
+    assert report["canary"]["verdict"] == "fail" and report["canary"]["samples"] == [{"index": 0, "ok": True}]
+    assert "  decode 812 tok/s (baseline 1,604, -49%: FAIL)" in summary_lines(report)
+    failure = ET.fromstring(junit_xml(report)).find("./testsuite/testcase/failure")
+    assert failure is not None and failure.get("type") == "performance_regression"
+    properties = {p.get("name"): p.get("value") for p in ET.fromstring(junit_xml(report)).iter("property")}
+    assert properties["canary_verdict"] == "fail"
+    assert (stats(report)["canary_verdict"], stats(report)["canary_output_tokens_per_s"]) == ("fail", 812)
+
+
+def test_a_precheck_canary_only_warns_when_told_to_and_a_failed_look_comes_first() -> None:
+    warned = precheck_report(options=options(canary=True, canary_on_fail="warn"), canary=canary_result(812))
+    assert (warned["verdict"], warned["reason"]) == ("pass", "ready")
+    assert warned["msg"].endswith("(warning: the performance canary failed: decode 812 tok/s (baseline 1,604, -49%: FAIL))")
+    assert any("warning only: sglang_precheck_canary_on_fail is warn" in line for line in summary_lines(warned))
+    unhealthy = precheck_report(options=options(canary=True), canary=canary_result(812), probe=probe_result(status=503))
+    assert unhealthy["reason"] == "health_failed"
+
+
+def test_a_precheck_canary_that_passes_or_has_no_baseline_passes_and_none_is_no_section() -> None:
+    passed = precheck_report(options=options(canary=True), canary=canary_result(1580))
+    assert (passed["verdict"], passed["canary"]["verdict"]) == ("pass", "pass")
+    first = precheck_report(options=options(canary=True), canary=canary_result(1580, baseline_tps=None))
+    assert (first["verdict"], first["canary"]["verdict"]) == ("pass", "inconclusive")
+    off = precheck_report(canary={"changed": False, "skipped": True})
+    assert off["canary"]["verdict"] is None and not any(line.startswith("performance canary") for line in summary_lines(off))
