@@ -677,7 +677,7 @@ def judge(
         within_floor = False
         if limit is not None and change is not None:
             ok = change >= limit if better == "higher" else change <= limit
-            if not ok and reference is not None and abs(float(value) - reference) <= floor:
+            if not ok and value is not None and reference is not None and abs(float(value) - reference) <= floor:
                 ok = within_floor = True  # large relative to the baseline, but within the noise
             if not ok:
                 failed.append(name)

@@ -357,8 +357,8 @@ def _canary(observed: Observed) -> dict[str, t.Any]:
         # could not run at all (no model listed, the store unwritable): reported, never a regression
         return {**section, "verdict": "inconclusive", "reason": f"the canary could not run: {_text(result.get('msg'))}", "error": _text(result.get("msg"))}
     keys = ("verdict", "reason", "lines", "metrics", "baseline", "baseline_runs", "becomes_baseline", "figures", "server", "samples", "model", "hardware")
-    keys += ("journal",)  # the server's decode lines in its journal during the load
-    return {**section, **{key: canary.get(key) for key in keys}, "store": result.get("store"), "problem": result.get("problem")}
+    # and the server's decode lines in its journal during the load
+    return {**section, **{key: canary.get(key) for key in (*keys, "journal")}, "store": result.get("store"), "problem": result.get("problem")}
 
 
 def _canary_outcome(canary: t.Mapping[str, t.Any], outcome: dict[str, str]) -> dict[str, str]:
