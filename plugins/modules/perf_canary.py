@@ -100,7 +100,7 @@ options:
   journal:
     description:
       - Read the server's own decode figures logged in the unit's journal during the load - SGLang's C(Decode batch)
-        lines (C(gen throughput (token/s)), C(#running-req), C(#queue-req)), vLLM's C(Avg generation throughput)
+        lines (their gen throughput in tokens per second, C(#running-req), C(#queue-req)), vLLM's C(Avg generation throughput)
         lines (every 10 s, so a short load may see none) - and report them beside the stream's figures
         (RV(canary.journal)). Reported, not judged.
     type: bool
@@ -201,7 +201,7 @@ canary:
       description:
         - The server's decode lines in its journal during the load - C(lines), C(gen_throughput_median),
           C(gen_throughput_min), C(gen_throughput_max) (tokens/s), C(running_median), C(queue_max); null when it logged
-          none, or O(journal) is off. Also the last line of RV(canary.lines) (C(server log: gen throughput ...)).
+          none, or O(journal) is off. Also the last line of RV(canary.lines), which begins with C(server log).
       type: dict
     samples:
       description: Every request, with its TTFT and token gaps.
