@@ -481,13 +481,17 @@ def journal_figures(messages: t.Iterable[str]) -> Figures | None:
     """What the server logged of its decoding over the canary: the median, lowest and highest gen
     throughput of its decode batch lines, the median of its running requests and the most queued;
     None when it logged none (vLLM logs its stats every 10 s: a short canary may see none)."""
+    messages = list(messages)
     found = [figures for figures in (decode_line(message) for message in messages) if figures is not None]
     if not found:
         return None
+    # vLLM's figures are averages over its logging interval (10 s), idle time included
+    stats = any(_VLLM_STATS.search(message) and not _SGLANG_DECODE.search(message) for message in messages)
     rates = [figures["gen_throughput"] for figures in found]
     running = [figures["running"] for figures in found if "running" in figures]
     queued = [figures["queue"] for figures in found if "queue" in figures]
     return {
+        "source": "vllm_stats" if stats else "sglang_decode_batch",
         "lines": len(found),
         "gen_throughput_median": _rounded(percentile(rates, 0.5), 2),
         "gen_throughput_min": min(rates),
@@ -529,7 +533,11 @@ def journal_line(figures: t.Mapping[str, t.Any] | None) -> str | None:
     spread = f", {format_value(figures['gen_throughput_min'], 'tok/s')}-{format_value(figures['gen_throughput_max'], 'tok/s')}" if figures["lines"] > 1 else ""
     running = f"; running {figures['running_median']:g}" if figures.get("running_median") is not None else ""
     queued = f", queued {figures['queue_max']:g} at most" if figures.get("queue_max") is not None else ""
-    count = f"median of {figures['lines']} decode lines" if figures["lines"] > 1 else "1 decode line"
+    if figures.get("source") == "vllm_stats":
+        count = f"median of {figures['lines']} stats lines" if figures["lines"] > 1 else "1 stats line"
+        count += ", each an average over vLLM's 10 s logging interval"
+    else:
+        count = f"median of {figures['lines']} decode lines" if figures["lines"] > 1 else "1 decode line"
     return f"server log: gen throughput {format_value(figures['gen_throughput_median'], 'tok/s')} tok/s ({count}{spread}{running}{queued})"
 
 

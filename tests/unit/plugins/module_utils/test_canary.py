@@ -302,6 +302,12 @@ def test_sglangs_decode_batch_lines_from_the_corpus_are_read() -> None:
 def test_vllms_stats_lines_from_the_corpus_are_read() -> None:
     lines = corpus_throughput_lines()["vllm"]
     assert lines and all(_canary.decode_line(line) == {"gen_throughput": 0.0, "running": 0.0, "queue": 0.0} for line in lines)
+    busy = lines[0].replace("Avg generation throughput: 0.0 tokens/s, Running: 0 reqs", "Avg generation throughput: 32.6 tokens/s, Running: 4 reqs")
+    figures = _canary.journal_figures([busy])
+    assert figures is not None and figures["source"] == "vllm_stats"
+    assert _canary.journal_line(figures) == (
+        "server log: gen throughput 32.6 tok/s (1 stats line, each an average over vLLM's 10 s logging interval; running 4, queued 0 at most)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -337,6 +343,7 @@ def test_the_journal_figures_of_a_canary_window() -> None:
     assert len(messages) == 4  # the line before the window left out
     figures = _canary.journal_figures(messages)
     assert figures == {
+        "source": "sglang_decode_batch",
         "lines": 3,
         "gen_throughput_median": 812.0,
         "gen_throughput_min": 780.0,
