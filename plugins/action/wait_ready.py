@@ -95,6 +95,8 @@ class Transport:
         )
         if probe.health:
             module_args.update(health_url=args["health_url"], health_timeout=probe.health_timeout or args["health_timeout"])
+            if probe.health_every > 0:
+                module_args.update(health_every=probe.health_every, health_needed=probe.health_needed, health_known=wait.health_known())
         return {key: value for key, value in module_args.items() if value is not None}
 
     def reset_connection(self) -> None:

@@ -61,10 +61,30 @@ options:
     type: str
   health_early:
     description:
-      - End O(watch) as soon as the server is known to be warming up or ready, to probe health at once.
+      - End O(watch) as soon as the server is known to be warming up or ready, to probe health at once
+        (with O(health_every), once health answered 200 O(health_needed) times in a row instead).
       - Set to V(false) to watch the whole window (during a soak).
     type: bool
     default: true
+  health_every:
+    description:
+      - With O(health_url), also probe health every this many seconds while watching, once the server's port
+        is open (O(health_known) is an answer, or the journal shows it warming up or ready); the call then
+        returns as soon as an answer differs from the one before it (or from O(health_known)).
+      - V(0) probes health once, at the end of the call.
+    type: float
+    default: 0
+  health_needed:
+    description:
+      - With O(health_every) and O(health_early), end O(watch) once health answered 200 this many times in a row
+        within the call. V(0) never ends it on successes.
+    type: int
+    default: 0
+  health_known:
+    description:
+      - The health answer the caller saw last (its RV(health.status), V(up) for a connection without an answer,
+        V(down) for none), so that only a different answer counts as a change that ends O(watch).
+    type: str
   tail_lines:
     description:
       - Also return the text of the last this many journal lines read, as RV(journal.tail).
@@ -176,6 +196,12 @@ health:
       description: How long the probe took.
       type: float
   sample: {"url": "http://127.0.0.1:30000/health_generate", "up": false, "status": null, "error": "connection refused", "seconds": 0.001}
+health_history:
+  description:
+    - Every health probe of the call, oldest first (the last one is RV(health)); empty without O(health_url).
+  returned: always
+  type: list
+  elements: dict
 watched:
   description: Seconds the call spent watching (without the health probe).
   returned: always
@@ -195,6 +221,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._health import H
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
     JournalFollower,
     SystemdError,
@@ -205,11 +232,13 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import 
     unit_state,
 )
 
-STEP = 0.25  # how often the unit's main process is looked at while the journal is quiet
-UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main process is gone)
+STEP = 0.25  # how often the unit's main process is looked at while the journal is quiet, without a pidfd
+UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main process is gone), without a pidfd
+UNIT_EVERY_PIDFD = 5.0  # with a pidfd the main process's end wakes the watch: systemctl show is only a backstop
 JOURNALD_LAG = 0.3  # a dying process's last lines reach the journal a moment after it exits
 TRACEBACK_SETTLE = 0.8  # an open traceback is given this long to be written whole
 FATAL_SETTLE = 0.3  # after a fatal line, the other ranks' copies follow within this
+HEALTH_FRESH = 1.0  # an answer younger than this is the call's last one: no second probe at the end
 MAX_FATAL_TIMES = 1000
 
 
@@ -223,6 +252,9 @@ def argument_spec() -> dict[str, t.Any]:
         phase={"type": "str", "default": "starting", "choices": list(PHASES)},
         watch={"type": "float", "default": 0},
         health_early={"type": "bool", "default": True},
+        health_every={"type": "float", "default": 0},
+        health_needed={"type": "int", "default": 0},
+        health_known={"type": "str"},
         tail_lines={"type": "int", "default": 0},
     )
     return spec
@@ -238,6 +270,17 @@ def controller_gone() -> bool:
     return bool(poller.poll(0))
 
 
+def open_pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when the process ends (Linux >= 5.3), or None."""
+    opener = getattr(os, "pidfd_open", None)
+    if pid <= 0 or opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
 class Watch:
     """One call's look at the unit: the journal followed, the unit's state kept current."""
 
@@ -251,13 +294,50 @@ class Watch:
         self.tail: deque[str] = deque(maxlen=max(tail_lines, 1))
         self.tail_lines = tail_lines
         self.fatal_times: dict[int, int] = {}
+        self.pidfd: int | None = None
+        self.pidfd_of = 0
+        self._track()
+
+    def _track(self) -> None:
+        """Keep a pidfd of the current main process, so that its end wakes the watch."""
+        pid = int(self.state.get("MainPID") or 0)
+        if pid == self.pidfd_of:
+            return
+        self.close()
+        self.pidfd, self.pidfd_of = open_pidfd(pid), pid
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+        self.pidfd, self.pidfd_of = None, 0
+
+    def gone(self) -> bool:
+        pid = int(self.state.get("MainPID") or 0)
+        if pid <= 0:
+            return True
+        if self.pidfd is not None:
+            return bool(select.select([self.pidfd], [], [], 0)[0])
+        return not os.path.exists(f"/proc/{pid}")
+
+    def unit_every(self) -> float:
+        return UNIT_EVERY_PIDFD if self.pidfd is not None else UNIT_EVERY
 
     def refresh(self, force: bool = False) -> None:
-        pid = int(self.state.get("MainPID") or 0)
-        gone = pid <= 0 or not os.path.exists(f"/proc/{pid}")
-        if force or gone or time.monotonic() - self.state_at >= UNIT_EVERY:
+        if force or self.gone() or time.monotonic() - self.state_at >= self.unit_every():
             self.state = unit_state(self.unit, systemctl=self.systemctl)
             self.state_at = time.monotonic()
+            self._track()
+
+    def quiet_for(self) -> float:
+        """How long the watch may sleep when nothing wakes it: until the next systemctl show, or a
+        step without a pidfd of a live main process."""
+        if self.pidfd is None or self.gone():
+            return STEP
+        return max(self.state_at + self.unit_every() - time.monotonic(), 0.0)
+
+    def wakers(self) -> list[int]:
+        """The pidfd of a main process still running (one that ended wakes nothing more)."""
+        return [] if self.pidfd is None or self.gone() else [self.pidfd]
 
     def feed(self, records: t.Iterable[dict[str, t.Any]]) -> None:
         scanner = self.scanner
@@ -286,9 +366,64 @@ class Watch:
         return identity(self.state) != identity(self.first)
 
 
-def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) -> None:
+def health_key(result: t.Mapping[str, t.Any]) -> str:
+    """An answer as O(health_known) names it: the status, or up (connected, no answer) or down."""
+    if result.get("status") is not None:
+        return str(result["status"])
+    return "up" if result.get("up") else "down"
+
+
+class HealthPacer:
+    """Health probed inside the watch at its own pace (O(health_every)), once the port is open: the
+    watch ends at an answer that differs from the one before it, or at enough successes in a row."""
+
+    def __init__(self, params: dict[str, t.Any]) -> None:
+        self.url: str | None = params["health_url"]
+        self.timeout: float = params["health_timeout"]
+        self.validate_certs: bool = params["validate_certs"]
+        self.every: float = params["health_every"] if self.url else 0.0
+        self.needed: int = params["health_needed"] if params["health_early"] else 0
+        self.known: str | None = params["health_known"]
+        self.history: list[HealthResult] = []
+        self.at: float | None = None  # when the last probe ended
+        self.successes = 0
+
+    def active(self, phase: int) -> bool:
+        """Pacing only once the port is open: an answer came before, or the server warms up."""
+        port_open = self.known not in (None, "down") or bool(self.history and self.history[-1].get("up"))
+        return self.every > 0 and (port_open or phase >= phase_index("warming_up"))
+
+    def due_in(self, phase: int) -> float:
+        if not self.active(phase):
+            return float("inf")
+        return 0.0 if self.at is None else max(self.at + self.every - time.monotonic(), 0.0)
+
+    def take(self) -> bool:
+        """One probe; whether it ends the watch (a different answer, or the successes needed)."""
+        before = health_key(self.history[-1]) if self.history else self.known
+        result = self.probe()
+        self.successes = self.successes + 1 if result.get("status") == 200 else 0
+        return health_key(result) != before or (self.needed > 0 and self.successes >= self.needed)
+
+    def probe(self) -> HealthResult:
+        result = probe(t.cast(str, self.url), self.timeout, self.validate_certs)
+        self.history.append(result)
+        self.at = time.monotonic()
+        return result
+
+    def last(self) -> HealthResult | None:
+        """The answer that ends the call: a fresh one, or a probe now."""
+        if not self.url:
+            return None
+        if self.at is None or time.monotonic() - self.at >= HEALTH_FRESH:
+            return self.probe()
+        return self.history[-1]
+
+
+def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pacer: HealthPacer) -> None:
     """Read the journal until something matters or the watch window ends; an open traceback and a
-    fresh fatal line get a moment to be written whole."""
+    fresh fatal line get a moment to be written whole. Sleeps until the journal, the main process's
+    end, the controller going away, the next health probe or the next look at the unit wakes it."""
     scanner = watch.scanner
     deadline = time.monotonic() + params["watch"]
     known = phase_index(params["phase"])
@@ -296,8 +431,10 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) ->
     watch.feed(follower.catch_up())
     while True:
         now = time.monotonic()
-        wait = min(STEP, max(deadline - now, 0.0)) if settle_until is None else max(min(STEP, settle_until - now), 0.0)
-        watch.feed(follower.poll(wait))
+        phase = phase_index(scanner.phase) if scanner.phases else -1
+        until = deadline if settle_until is None else settle_until
+        wait = min(max(until - now, 0.0), watch.quiet_for(), pacer.due_in(max(known, phase)) if settle_until is None else float("inf"))
+        watch.feed(follower.poll(wait, watch.wakers(), hangups=(1,)))
         watch.refresh()
         now = time.monotonic()
         if controller_gone():
@@ -317,10 +454,20 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) ->
         phase = phase_index(scanner.phase) if scanner.phases else -1
         if scanner.ready_line is not None or phase > known:
             return
-        if params["health_url"] and params["health_early"] and max(known, phase) >= phase_index("warming_up"):
+        if ends_for_health(pacer, params, max(known, phase)):
             return
-        if now >= deadline:
+        if time.monotonic() >= deadline:
             return
+
+
+def ends_for_health(pacer: HealthPacer, params: dict[str, t.Any], phase: int) -> bool:
+    """Without pacing, the watch ends once the server warms up (to probe at once); with it, at a
+    health answer that matters."""
+    if not params["health_url"]:
+        return False
+    if pacer.every <= 0:
+        return bool(params["health_early"]) and phase >= phase_index("warming_up")
+    return pacer.due_in(phase) <= 0 and pacer.take()
 
 
 def main() -> None:
@@ -334,25 +481,29 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if params["invocation_id"] and not is_invocation_id(params["invocation_id"]):
         module.fail_json(msg=f"invocation_id {params['invocation_id']!r} is not 32 hexadecimal digits")
-    if params["watch"] < 0 or params["health_timeout"] <= 0:
-        module.fail_json(msg="watch must be >= 0 and health_timeout > 0")
+    if params["watch"] < 0 or params["health_timeout"] <= 0 or params["health_every"] < 0 or params["health_needed"] < 0:
+        module.fail_json(msg="watch, health_every and health_needed must be >= 0 and health_timeout > 0")
     journalctl = module.get_bin_path("journalctl", required=True)
     scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"], secrets=params["redact"])
+    pacer = HealthPacer(params)
     follower = None
+    watch: Watch | None = None
     try:
         watch = Watch(module, unit, scanner, params["tail_lines"])
         invocation = params["invocation_id"] or watch.state.get("InvocationID") or None
         if invocation:
             with JournalFollower(unit, invocation, params["cursor"], journalctl) as follower:
-                follow(watch, follower, params)
+                follow(watch, follower, params, pacer)
         watched = round(time.monotonic() - started, 3)
         report = scanner.finish()
-        health = None
-        if params["health_url"]:
-            health = probe(params["health_url"], params["health_timeout"], params["validate_certs"])
+        health = pacer.last()
+        if health is not None:
             watch.refresh(force=True)
     except (SystemdError, HealthURLError) as exc:
         module.fail_json(msg=str(exc))
+    finally:
+        if watch is not None:
+            watch.close()
 
     watch.stamp(report)
     report["cursor"] = follower.cursor if follower else params["cursor"]
@@ -362,7 +513,7 @@ def main() -> None:
     report["gap"] = follower.gap if follower else None
     if params["tail_lines"] > 0:
         report["tail"] = list(watch.tail)
-    module.exit_json(changed=False, unit=watch.state, journal=report, health=health, watched=watched)
+    module.exit_json(changed=False, unit=watch.state, journal=report, health=health, health_history=pacer.history, watched=watched)
 
 
 if __name__ == "__main__":
