@@ -71,7 +71,7 @@ class Settings:
     health_successes: int = 2
     health_timeout: float = 30.0
     soak: float = 10.0
-    poll_interval: float = 5.0
+    poll_interval: float = 30.0
     heartbeat: float = 30.0
     strict: bool = False
     connection_retries: int = 5
