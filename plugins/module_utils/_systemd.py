@@ -423,7 +423,7 @@ class JournalFollower:
             if not chunk:
                 break
             data += chunk
-            ready = select.select([stream], [], [], 0)[0]
+            ready = bool(select.select([stream], [], [], 0)[0])
         return [self._take(record) for record in self._decoder.feed(data)]
 
     def _take(self, record: dict[str, t.Any]) -> dict[str, t.Any]:

@@ -221,7 +221,6 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._health import H
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
     JournalFollower,
     SystemdError,
@@ -231,6 +230,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import 
     unit_name,
     unit_state,
 )
+from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult  # noqa: E402
 
 STEP = 0.25  # how often the unit's main process is looked at while the journal is quiet, without a pidfd
 UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main process is gone), without a pidfd
@@ -487,7 +487,6 @@ def main() -> None:
     scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"], secrets=params["redact"])
     pacer = HealthPacer(params)
     follower = None
-    watch: Watch | None = None
     try:
         watch = Watch(module, unit, scanner, params["tail_lines"])
         invocation = params["invocation_id"] or watch.state.get("InvocationID") or None
@@ -501,10 +500,8 @@ def main() -> None:
             watch.refresh(force=True)
     except (SystemdError, HealthURLError) as exc:
         module.fail_json(msg=str(exc))
-    finally:
-        if watch is not None:
-            watch.close()
 
+    watch.close()
     watch.stamp(report)
     report["cursor"] = follower.cursor if follower else params["cursor"]
     report["records"] = follower.count if follower else 0
