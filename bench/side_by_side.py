@@ -829,6 +829,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--journal-entries", type=int, help="entries written into the journal (default 1000000)")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks.md", help="where the results go (default docs/benchmarks.md)")
     parser.add_argument("--reuse-fleet", action="store_true", help="use the fleet already up in $INFEROPS_FLEET_DIR instead of booting one")
+    parser.add_argument("--cost-start", type=float, help="seconds of the cost runs' simulated cold start (default 10)")
     parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured in a fourth column")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's output and timeline (their directory is printed)")
     args = parser.parse_args(argv)
@@ -847,6 +848,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
             parser.error(f"--sizes: expected numbers separated by commas, got {args.sizes!r}")
     if args.journal_entries is not None:
         changes["journal_entries"] = args.journal_entries
+    if args.cost_start is not None:
+        if args.cost_start <= 0:
+            parser.error("--cost-start must be more than 0 seconds")
+        changes["cost_speed"] = args.cost_start / 20
     if args.before is not None:
         if not (args.before / "bench" / "ours_restart.yml").is_file():
             parser.error(f"--before: {args.before} is not a checkout of this collection (no bench/ours_restart.yml)")
