@@ -829,6 +829,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--journal-entries", type=int, help="entries written into the journal (default 1000000)")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks.md", help="where the results go (default docs/benchmarks.md)")
     parser.add_argument("--reuse-fleet", action="store_true", help="use the fleet already up in $INFEROPS_FLEET_DIR instead of booting one")
+    parser.add_argument("--start", type=float, help="seconds of every run's simulated cold start (default 20; cost runs 10)")
+    parser.add_argument("--stall-limit", type=int, help="ours' stall limit in seconds (default 20: size it to the start)")
+    parser.add_argument("--budget", type=int, help="the budget of all three in seconds (default 75)")
     parser.add_argument("--cost-start", type=float, help="seconds of the cost runs' simulated cold start (default 10)")
     parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured in a fourth column")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's output and timeline (their directory is printed)")
@@ -848,6 +851,15 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
             parser.error(f"--sizes: expected numbers separated by commas, got {args.sizes!r}")
     if args.journal_entries is not None:
         changes["journal_entries"] = args.journal_entries
+    if args.start is not None:
+        if args.start <= 0:
+            parser.error("--start must be more than 0 seconds")
+        changes["speed"] = changes["cost_speed"] = args.start / 20
+    for name in ("stall_limit", "budget"):
+        if getattr(args, name) is not None:
+            if getattr(args, name) <= 0:
+                parser.error(f"--{name.replace('_', '-')} must be more than 0 seconds")
+            changes[name] = getattr(args, name)
     if args.cost_start is not None:
         if args.cost_start <= 0:
             parser.error("--cost-start must be more than 0 seconds")
