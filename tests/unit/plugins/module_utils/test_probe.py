@@ -1,15 +1,22 @@
 """The look that service_probe makes, as a plain process (module_utils/_probe.py): defaults,
-answers as the wait names them, and health paced within the look."""
+answers as the wait names them, health paced within the look, and the precheck's reading (journalctl
+--grep, the kept state taken up) through the same look."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import sys
 import typing as t
+from pathlib import Path
 
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
+
+FAKE = Path(__file__).with_name("fake_journalctl.py")
+INVOCATION = "0123456789abcdef0123456789abcdef"
 
 
 def test_options_missing_from_a_plain_call_take_the_modules_defaults() -> None:
@@ -63,3 +70,40 @@ def test_a_plain_call_answers_json_and_a_refusal_as_failed(monkeypatch: pytest.M
     _probe.cli()
     answer = json.loads(capsys.readouterr().out)
     assert answer["failed"] is True and "32 hexadecimal digits" in answer["msg"] and answer["python"]
+
+
+def stand_ins(tmp_path: Path, lines: list[str]) -> tuple[Path, Path]:
+    """A systemctl that shows a running unit of one invocation, and a journalctl over its records."""
+    records = tmp_path / "journal.json"
+    records.write_text(json.dumps([{"MESSAGE": text, "_PID": "4242"} for text in lines]))
+    systemctl = tmp_path / "systemctl"
+    show = f"ActiveState=active\nSubState=running\nMainPID=0\nNRestarts=0\nInvocationID={INVOCATION}\nResult=success\n"
+    systemctl.write_text(f"#!/bin/sh\nprintf '%s' '{show}'\n")
+    journalctl = tmp_path / "journalctl"
+    journalctl.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} {records} "$@"\n')
+    for path in (systemctl, journalctl):
+        path.chmod(0o755)
+    return systemctl, journalctl
+
+
+def test_the_precheck_look_reads_with_grep_and_takes_up_its_kept_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the records journalctl leaves out are counted from its stream (libsystemd would read this machine's journal)
+    monkeypatch.setattr(_probe, "GrepRead", functools.partial(_probe.GrepRead, libsystemd=False))
+    lines = [
+        "[2025-03-08 12:29:04] Load weight begin. avail mem=78.50 GB",
+        "[2025-03-08 12:29:12 TP0] Decode batch. #running-req: 1, #token: 12, token usage: 0.00, gen throughput (token/s): 4.1, #queue-req: 0",
+        "[2025-03-08 12:29:33] The server is fired up and ready to roll!",
+    ]
+    systemctl, journalctl = stand_ins(tmp_path, lines)
+    tools = {"systemctl": str(systemctl), "journalctl": str(journalctl)}
+    params = _probe.with_defaults({"unit": "sglang.service", "journal_grep": True, "journal_state": True, "state_dir": str(tmp_path)})
+    first = _probe.look(params, tools.get)
+    reading = first["journal"]["reading"]
+    assert reading["grep"] and reading["state_saved"] and reading["resumed_at"] is None and "warnings" not in first
+    assert first["journal"]["records"] == 3 and reading["records_read"] < 3 and first["journal"]["ready_line"] == 3
+    second = _probe.look(params, tools.get)
+    assert second["journal"]["reading"]["resumed_at"] == 3 and second["journal"]["ready_line"] == 3
+    Path(tmp_path / "sglang.service.journal.json").write_text("{not json")
+    third = _probe.look(params, tools.get)
+    assert third["journal"]["reading"]["state_problem"] and third["warnings"] == [third["journal"]["reading"]["state_problem"]]
+    assert third["journal"]["ready_line"] == 3 and third["journal"]["reading"]["resumed_at"] is None
