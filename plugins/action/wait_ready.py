@@ -155,7 +155,10 @@ class FastTransport(Transport):
         self.python: str | None = None
         self.bundle: str | None = None
         self.directory: str | None = None
-        self.usable = not action._play_context.become and bool(getattr(action._connection, "has_pipelining", False))
+        # a node of a deployment keeps the module's looks: the plain process's set-up (copying the code,
+        # then compiling it in the first look) delays that node's first sight of its journal, and the
+        # node that stalled first, the deployment's root cause, is named by when each node saw its last progress
+        self.usable = not action._play_context.become and bool(getattr(action._connection, "has_pipelining", False)) and not wait.in_deployment
 
     def __call__(self, probe: Probe) -> ProbeResult:
         if probe.reset_connection:

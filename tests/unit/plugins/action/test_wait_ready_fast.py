@@ -123,6 +123,16 @@ def test_with_become_every_look_is_the_module() -> None:
     assert len(action.modules) == 2 and not action.transferred
 
 
+def test_a_node_of_a_deployment_keeps_the_modules_looks() -> None:
+    action = ActionStandIn([])
+    wait = Wait(Settings(deployment="dsr1", node_rank=1, peers={"sim1": 0}), 0.0)
+    wait.invocation_id = "a" * 32
+    send = FastTransport(t.cast(t.Any, action), wait, ARGS, {})
+    send(Probe(watch=0.0, health=False, pinning=True))
+    send(Probe(watch=2.0))
+    assert len(action.modules) == 2 and not action.transferred and not action.commands
+
+
 def test_the_bundle_is_the_probes_standard_library_code_in_its_package() -> None:
     with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
         names = bundle.namelist()
