@@ -46,6 +46,7 @@ from measure import (  # noqa: E402
     CpuSeries,
     LoadWatch,
     MemorySampler,
+    Record,
     RunCgroup,
     Spread,
     first_time,
@@ -58,10 +59,19 @@ from measure import (  # noqa: E402
 from tests.harness.fleet import SCENARIO_FILE, SIM_UNIT, Fleet  # noqa: E402
 
 TOOLS = ("ours", "usual", "probe")
-TITLES = {"ours": "this collection", "usual": "usual playbook", "probe": "probe style"}
+# "before": this collection from another checkout (--before DIR), the same role run from there
+TITLES = {"ours": "this collection", "usual": "usual playbook", "probe": "probe style", "before": "this collection, before"}
 PLAYBOOKS = {"ours": HERE / "ours_restart.yml", "usual": HERE / "peers" / "usual_restart.yml", "probe": HERE / "peers" / "probe_restart.yml"}
-WAIT_TASKS = {"ours": "Wait | Follow the cold start", "usual": "Wait until the health endpoint answers 200", "probe": "Probe until the server is ready"}
-RESTART_TASKS = {"ours": "Restart | Start the unit", "usual": "Restart the server", "probe": "Restart the server"}
+WAIT_TASKS = {
+    "ours": "Wait | Follow the cold start",
+    "usual": "Wait until the health endpoint answers 200",
+    "probe": "Probe until the server is ready",
+    "before": "Wait | Follow the cold start",
+}
+RESTART_TASKS = {"ours": "Restart | Start the unit", "usual": "Restart the server", "probe": "Restart the server", "before": "Restart | Start the unit"}
+# the server's own moments that split a wait into phases: its port opens, then it says it is ready
+PORT_MARK = "Application startup complete"
+WAIT_PHASES = ("loading", "warming up", "soak")
 PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up")
 # the server before each restart: a healthy one, started fast
 WARM = {"SIM_SPEED": "0.05", "SIM_TP": "8"}
@@ -110,13 +120,25 @@ class Settings:
     health_delay: float = 6.0  # slow_health: seconds before health answers (more than the probe's 5 s timeout)
     journal_entries: int = 1_000_000
     classify_lines: int | None = None  # None: classify_bench.py's own default
+    before: Path | None = None  # another checkout of this collection, measured beside this one
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return (*TOOLS, "before") if self.before else TOOLS
+
+    def checkout(self, tool: str) -> Path:
+        """Where a tool's playbook, ansible.cfg and collection come from."""
+        return self.before if tool == "before" and self.before else REPO
+
+    def playbook(self, tool: str) -> Path:
+        return self.checkout(tool) / "bench" / "ours_restart.yml" if tool == "before" else PLAYBOOKS[tool]
 
     @property
     def retries(self) -> int:
         return max(self.budget // self.delay, 1)
 
     def tool_vars(self, tool: str) -> dict[str, object]:
-        if tool == "ours":
+        if tool in ("ours", "before"):
             return {"sglang_restart_budget": self.budget, "sglang_restart_stall_limit": self.stall_limit, "sglang_restart_soak": self.soak}
         if tool == "usual":
             return {"health_retries": self.retries, "health_delay": self.delay}
@@ -137,7 +159,7 @@ class Settings:
             f"simulated cold start {20 * self.speed:g} s (8 ranks; cost runs {20 * self.cost_speed:g} s); budget {self.budget} s for all three "
             f"(peers: {self.retries} retries x {self.delay} s); ours: stall limit {self.stall_limit} s, soak {self.soak} s, other role "
             f"defaults; slow_health answers after {self.health_delay:g} s (probe timeout 5 s, uri 30 s, ours 30 s); "
-            f"{self.repeats} repeat(s)"
+            f"{self.repeats} repeat(s)" + (f"; 'before' is the same role from {self.before}" if self.before else "")
         )
 
 
@@ -229,15 +251,15 @@ printf %s {shlex.quote(env_file(scenarios[host]))} > {SCENARIO_FILE}
         name = f"{self.count:03d}-{tool}-{len(hosts)}"
         timeline = self.workdir / f"{name}.jsonl"
         extra = self.settings.tool_vars(tool)
-        cmd = ["ansible-playbook", "-i", str(self.fleet.inventory), str(PLAYBOOKS[tool]), "--limit", ",".join(hosts), "--forks", str(len(hosts))]
+        cmd = ["ansible-playbook", "-i", str(self.fleet.inventory), str(self.settings.playbook(tool)), "--limit", ",".join(hosts), "--forks", str(len(hosts))]
         cmd += ["-e", json.dumps(extra)]
-        env = self.ansible_env(timeline, strategy)
+        env = self.ansible_env(timeline, strategy, self.settings.checkout(tool))
         cgroup = RunCgroup(name)
         cgroups = {"controller": cgroup.path, **{h: host_cgroup(self.fleet, h) for h in hosts}}
         try:
             with CpuSeries(cgroups) as series, MemorySampler([cgroup.path], controller_group) as memory:
                 started = time.time()
-                proc = start_in(cgroup, cmd, env, self.workdir / f"{name}.log")
+                proc = start_in(cgroup, cmd, env, self.workdir / f"{name}.log", self.settings.checkout(tool))
                 try:
                     proc.wait(timeout=self.settings.budget + 300)
                 except subprocess.TimeoutExpired:
@@ -259,11 +281,11 @@ printf %s {shlex.quote(env_file(scenarios[host]))} > {SCENARIO_FILE}
         memory_mib |= {"ansible_processes": float(memory.processes.get("ansible", 0)), "ansible_largest": memory.largest_kib.get("ansible", 0) / MIB}
         return Run(tool, list(hosts), started, ended, controller_cpu, waiting, memory_mib, results, series)
 
-    def ansible_env(self, timeline: Path, strategy: str) -> dict[str, str]:
+    def ansible_env(self, timeline: Path, strategy: str, checkout: Path = REPO) -> dict[str, str]:
         env = self.fleet.ansible_env()
         env.update(
             {
-                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                "ANSIBLE_CONFIG": str(checkout / "ansible.cfg"),
                 "ANSIBLE_CALLBACK_PLUGINS": str(HERE / "callback_plugins"),
                 "ANSIBLE_CALLBACKS_ENABLED": "bench_timeline",
                 "ANSIBLE_STRATEGY": strategy,
@@ -320,11 +342,11 @@ def env_file(env: Mapping[str, str]) -> str:
     return "".join(f"{key}={shlex.quote(value)}\n" for key, value in env.items())
 
 
-def start_in(cgroup: RunCgroup, cmd: Sequence[str], env: Mapping[str, str], log_file: Path) -> subprocess.Popen[bytes]:
+def start_in(cgroup: RunCgroup, cmd: Sequence[str], env: Mapping[str, str], log_file: Path, cwd: Path = REPO) -> subprocess.Popen[bytes]:
     """Start cmd inside a cgroup (the shell moves itself there, then execs cmd)."""
     mover = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.path / "cgroup.procs"), *cmd]
     with log_file.open("wb") as out:
-        return subprocess.Popen(mover, cwd=REPO, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(mover, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
 
 def controller_group(command: str) -> str | None:
@@ -417,6 +439,7 @@ ROW_WAIT_CPU = "Controller CPU while waiting, {n} host(s) (s per host-minute)"
 ROW_RUN_CPU = "Controller CPU, whole run, {n} host(s) (s)"
 ROW_WALL = "Wall time, whole run, {n} host(s) (s)"
 ROW_TARGET = "Target CPU while waiting, beyond the server's own (s per minute)"
+ROW_TARGET_PHASE = "Target CPU while waiting, beyond the server's own, {phase} (s per minute)"
 ROW_MEM = "Controller memory, {n} concurrent waits: peak RSS summed over processes (MiB)"
 ROW_PSS = "Controller memory, {n} concurrent waits: peak PSS (MiB)"
 ROW_MEMORY_DETAIL = "Controller memory detail"
@@ -438,7 +461,7 @@ def measure_verdicts(bench: Bench, hosts: Sequence[str], figures: Figures) -> li
     by_host = dict(zip(hosts, scenarios))
     runs = []
     for repeat in range(settings.repeats):
-        for tool in rotate(TOOLS, repeat):
+        for tool in rotate(settings.tools, repeat):
             bench.prepare({h: {**env_speed(settings.speed), **s.env} for h, s in by_host.items()})
             run = bench.run(tool, list(by_host), strategy="free" if len(by_host) > 1 else "linear")
             runs.append(run)
@@ -483,18 +506,19 @@ def measure_cost(bench: Bench, hosts: Sequence[str], figures: Figures, reusable:
     baseline = bench.baseline(hosts, 20 * settings.cost_speed + settings.soak + 5)
     reused_sizes = {len(run.hosts) for run in reusable}
     for run in reusable:
-        record_cost(settings, run, baseline, figures)
+        record_cost(bench, run, baseline, figures)
     for repeat in range(settings.repeats):
         for size in (s for s in settings.sizes if s not in reused_sizes):
-            for tool in rotate(TOOLS, repeat):
+            for tool in rotate(settings.tools, repeat):
                 chosen = list(hosts[:size])
                 bench.prepare({h: speed for h in chosen})
                 run = bench.run(tool, chosen)
-                record_cost(settings, run, baseline, figures)
+                record_cost(bench, run, baseline, figures)
                 progress(f"repeat {repeat + 1}/{settings.repeats} cost {tool} x{size}: {run.wall:.0f} s wall, {run.controller_cpu:.1f} s controller CPU")
 
 
-def record_cost(settings: Settings, run: Run, baseline: Baseline, figures: Figures) -> None:
+def record_cost(bench: Bench, run: Run, baseline: Baseline, figures: Figures) -> None:
+    settings = bench.settings
     size, tool = len(run.hosts), run.tool
     wrong = [h for h, r in run.results.items() if r.verdict != ("fail" if tool == "usual" else "pass")]
     if wrong:
@@ -502,8 +526,11 @@ def record_cost(settings: Settings, run: Run, baseline: Baseline, figures: Figur
     figures.add(ROW_WAIT_CPU.format(n=size), tool, run.waiting_cpu_per_host_minute)
     figures.add(ROW_RUN_CPU.format(n=size), tool, run.controller_cpu)
     figures.add(ROW_WALL.format(n=size), tool, run.wall)
+    journals = dict(zip(run.results, parallel(lambda h: journal_records(bench.fleet, h, run.started), list(run.results))))
     for host, result in run.results.items():
         figures.add(ROW_TARGET, tool, target_cpu_per_minute(run.series, host, result, baseline))
+        for phase, span in wait_phases(result, journals[host]).items():
+            figures.add(ROW_TARGET_PHASE.format(phase=phase), tool, target_cpu_per_minute(run.series, host, result, baseline, span))
     if size == max(settings.sizes):
         memory = run.memory_mib
         figures.add(ROW_MEM.format(n=size), tool, memory["ansible_hwm"] + memory["ssh_hwm"])
@@ -516,13 +543,32 @@ def record_cost(settings: Settings, run: Run, baseline: Baseline, figures: Figur
         )
 
 
-def target_cpu_per_minute(series: CpuSeries, host: str, result: HostResult, baseline: Baseline) -> float | None:
-    """The host's CPU while its wait ran, less what the server alone spent in the same span after its restart."""
-    if result.restarted is None or result.wait_start is None or result.wait_end is None or result.wait_end - result.wait_start < 1:
+def target_cpu_per_minute(series: CpuSeries, host: str, result: HostResult, baseline: Baseline, span: tuple[float, float] | None = None) -> float | None:
+    """The host's CPU while its wait ran (or a span of it), less what the server alone spent in the
+    same span after its restart."""
+    if result.restarted is None or result.wait_start is None or result.wait_end is None:
         return None
-    since_restart = (result.wait_start - result.restarted, result.wait_end - result.restarted)
-    used = series.between(host, result.wait_start, result.wait_end)
-    return (used - baseline.server_alone(host, *since_restart)) / ((result.wait_end - result.wait_start) / 60)
+    start, end = span or (result.wait_start, result.wait_end)
+    if end - start < 1:
+        return None
+    since_restart = (start - result.restarted, end - result.restarted)
+    used = series.between(host, start, end)
+    return (used - baseline.server_alone(host, *since_restart)) / ((end - start) / 60)
+
+
+def wait_phases(result: HostResult, journal: Sequence[Record]) -> dict[str, tuple[float, float]]:
+    """A wait split at the server's own moments, the same for every tool: loading until its port
+    opened, warming up until it said it is ready, then the soak (the gates and the soak for ours;
+    the peers stop soon after)."""
+    if result.wait_start is None or result.wait_end is None or result.restarted is None:
+        return {}
+    started = [r for r in journal if r.time >= result.restarted]
+    port, ready = first_time(started, PORT_MARK), first_time(started, READY_MARK)
+    if port is None or ready is None:
+        return {}
+    start, end = result.wait_start, result.wait_end
+    cuts = [start, min(max(port, start), end), min(max(ready, start), end), end]
+    return {phase: (cuts[index], cuts[index + 1]) for index, phase in enumerate(WAIT_PHASES)}
 
 
 def rotate(items: Sequence[str], shift: int) -> list[str]:
@@ -671,7 +717,7 @@ def row_order(settings: Settings) -> list[str]:
     for template in (ROW_WAIT_CPU, ROW_RUN_CPU, ROW_WALL):
         rows += [template.format(n=size) for size in settings.sizes]
     biggest = max(settings.sizes)
-    rows += [ROW_TARGET, ROW_MEM.format(n=biggest), ROW_PSS.format(n=biggest)]
+    rows += [ROW_TARGET, *(ROW_TARGET_PHASE.format(phase=phase) for phase in WAIT_PHASES), ROW_MEM.format(n=biggest), ROW_PSS.format(n=biggest)]
     rows += [ROW_RATE.format(n=settings.journal_entries), ROW_JMEM.format(n=settings.journal_entries)]
     return rows
 
@@ -698,9 +744,10 @@ def cell(figures: Figures, row: str, tool: str, settings: Settings) -> str:
 
 
 def table(figures: Figures, settings: Settings) -> str:
-    lines = ["| Figure | " + " | ".join(TITLES[t] for t in TOOLS) + " |", "|---|" + "---|" * len(TOOLS)]
+    tools = settings.tools
+    lines = ["| Figure | " + " | ".join(TITLES[t] for t in tools) + " |", "|---|" + "---|" * len(tools)]
     for row in row_order(settings):
-        lines.append(f"| {row} | " + " | ".join(cell(figures, row, t, settings) for t in TOOLS) + " |")
+        lines.append(f"| {row} | " + " | ".join(cell(figures, row, t, settings) for t in tools) + " |")
     return "\n".join(lines)
 
 
@@ -721,11 +768,11 @@ def machine() -> str:
 def memory_detail(figures: Figures, settings: Settings) -> str:
     """The controller memory of the largest cost runs, per tool and run: what docs/scaling.md sizes from."""
     lines = [f"Controller memory with {max(settings.sizes)} host(s) at once (the first run of each; RSS counts pages shared after fork in every process):", ""]
-    for tool in TOOLS:
+    for tool in settings.tools:
         for text in figures.notes.get(ROW_MEMORY_DETAIL, {}).get(tool, [])[:1]:
             lines.append(f"- {TITLES[tool]}: {text}")
     lines += ["", "Peak memory on the target while reading the journal, by process (the first run; journalctl's includes the journal files it maps):", ""]
-    for tool in TOOLS:
+    for tool in settings.tools:
         for text in figures.notes.get(ROW_JOURNAL_DETAIL, {}).get(tool, [])[:1]:
             lines.append(f"- {TITLES[tool]}: {text}")
     return "\n".join(lines)
@@ -782,6 +829,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--journal-entries", type=int, help="entries written into the journal (default 1000000)")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks.md", help="where the results go (default docs/benchmarks.md)")
     parser.add_argument("--reuse-fleet", action="store_true", help="use the fleet already up in $INFEROPS_FLEET_DIR instead of booting one")
+    parser.add_argument("--start", type=float, help="seconds of every run's simulated cold start (default 20; cost runs 10)")
+    parser.add_argument("--stall-limit", type=int, help="ours' stall limit in seconds (default 20: size it to the start)")
+    parser.add_argument("--budget", type=int, help="the budget of all three in seconds (default 75)")
+    parser.add_argument("--cost-start", type=float, help="seconds of the cost runs' simulated cold start (default 10)")
+    parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured in a fourth column")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's output and timeline (their directory is printed)")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
@@ -799,6 +851,23 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
             parser.error(f"--sizes: expected numbers separated by commas, got {args.sizes!r}")
     if args.journal_entries is not None:
         changes["journal_entries"] = args.journal_entries
+    if args.start is not None:
+        if args.start <= 0:
+            parser.error("--start must be more than 0 seconds")
+        changes["speed"] = changes["cost_speed"] = args.start / 20
+    for name in ("stall_limit", "budget"):
+        if getattr(args, name) is not None:
+            if getattr(args, name) <= 0:
+                parser.error(f"--{name.replace('_', '-')} must be more than 0 seconds")
+            changes[name] = getattr(args, name)
+    if args.cost_start is not None:
+        if args.cost_start <= 0:
+            parser.error("--cost-start must be more than 0 seconds")
+        changes["cost_speed"] = args.cost_start / 20
+    if args.before is not None:
+        if not (args.before / "bench" / "ours_restart.yml").is_file():
+            parser.error(f"--before: {args.before} is not a checkout of this collection (no bench/ours_restart.yml)")
+        changes["before"] = args.before.resolve()
     settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
     settings.scenario_list()  # a typo stops here, before anything boots
     if not all(1 <= size <= 32 for size in settings.sizes):

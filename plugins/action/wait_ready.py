@@ -11,15 +11,21 @@ ends the wait at once.
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import shlex
 import time
 import typing as t
+import zipfile
 
 from ansible import constants as C
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import RuleError, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
@@ -60,6 +66,9 @@ class Transport:
     def __call__(self, probe: Probe) -> ProbeResult:
         if probe.reset_connection:
             self.reset_connection()
+        return self.run_module(probe)
+
+    def run_module(self, probe: Probe) -> ProbeResult:
         try:
             result = self.action._execute_module(module_name=PROBE_MODULE, module_args=self.module_args(probe), task_vars=self.task_vars)
         except AnsibleConnectionFailure as exc:
@@ -95,6 +104,8 @@ class Transport:
         )
         if probe.health:
             module_args.update(health_url=args["health_url"], health_timeout=probe.health_timeout or args["health_timeout"])
+            if probe.health_every > 0:
+                module_args.update(health_every=probe.health_every, health_needed=probe.health_needed, health_known=wait.health_known())
         return {key: value for key, value in module_args.items() if value is not None}
 
     def reset_connection(self) -> None:
@@ -102,6 +113,110 @@ class Transport:
             self.action._connection.reset()
         except Exception as exc:  # a reset that fails is retried with the next call anyway
             display.vvv(f"wait_ready: connection reset failed: {exc}", host=self.wait.settings.host)
+
+
+BOOT = """import os, sys, zipfile
+bundle = sys.argv[1]
+lib = bundle[:-4]
+if not os.path.isdir(lib):
+    zipfile.ZipFile(bundle).extractall(lib + ".part")
+    os.rename(lib + ".part", lib)
+sys.path.insert(0, lib)
+from ansible_collections.inferops.runbooks.plugins.module_utils._probe import cli
+cli()
+"""
+BUNDLE_PACKAGE = "ansible_collections/inferops/runbooks/plugins/module_utils"
+
+
+def probe_bundle() -> bytes:
+    """The probe's code for the managed host: the collection's module_utils (standard library only)
+    in their package, with the package markers that keep another ansible_collections from shadowing it."""
+    source = os.path.dirname(_probe.__file__)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+        parts = BUNDLE_PACKAGE.split("/")
+        for depth in range(1, len(parts) + 1):
+            bundle.writestr("/".join(parts[:depth]) + "/__init__.py", "")
+        for name in sorted(os.listdir(source)):
+            if name.endswith(".py") and name != "__init__.py":
+                with open(os.path.join(source, name), "rb") as handle:
+                    bundle.writestr(f"{BUNDLE_PACKAGE}/{name}", handle.read())
+    return buffer.getvalue()
+
+
+class FastTransport(Transport):
+    """Transport whose looks after the first run as a plain Python process on the managed host: the
+    probe's code (stdlib only) is copied there once per wait, so that a look pays neither AnsiballZ's
+    payload nor compiling it again (Python keeps the bytecode). The first look, and every look after
+    the fast way failed to set up or to run, is the service_probe module."""
+
+    def __init__(self, action: ActionModule, wait: Wait, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+        super().__init__(action, wait, args, task_vars)
+        self.python: str | None = None
+        self.bundle: str | None = None
+        self.directory: str | None = None
+        # a node of a deployment keeps the module's looks: the plain process's set-up (copying the code,
+        # then compiling it in the first look) delays that node's first sight of its journal, and the
+        # node that stalled first, the deployment's root cause, is named by when each node saw its last progress
+        self.usable = not action._play_context.become and bool(getattr(action._connection, "has_pipelining", False)) and not wait.in_deployment
+
+    def __call__(self, probe: Probe) -> ProbeResult:
+        if probe.reset_connection:
+            self.reset_connection()
+        if not self.usable or self.bundle is None or probe.pinning:
+            result = self.run_module(probe)
+            if self.usable and self.bundle is None and result.get("python"):
+                self.install(str(t.cast(t.Mapping[str, t.Any], result)["python"]))
+            return result
+        return self.run_fast(probe)
+
+    def install(self, python: str) -> None:
+        """Copy the probe's code to a directory of its own under the remote temporary directory."""
+        try:
+            remote_tmp = self.action.get_shell_option("remote_tmp", default="~/.ansible/tmp")
+            made = self.action._low_level_execute_command(
+                f"umask 77 && mkdir -p {remote_tmp} && mktemp -d {remote_tmp}/inferops-probe-XXXXXXXX", sudoable=False
+            )
+            directory = str(made.get("stdout", "")).strip()
+            if made.get("rc") != 0 or not directory.startswith("/"):
+                raise AnsibleError(f"mktemp failed: {made.get('stderr')}")
+            self.directory = directory
+            bundle = f"{directory}/probe.zip"
+            self.action._transfer_data(bundle, probe_bundle())
+        except (AnsibleError, OSError) as exc:
+            display.vvv(f"wait_ready: looks stay module runs ({exc})", host=self.wait.settings.host)
+            self.usable = False
+            return
+        self.python, self.bundle = python, bundle
+
+    def run_fast(self, probe: Probe) -> ProbeResult:
+        cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, str(self.bundle)))
+        try:
+            ran = self.action._low_level_execute_command(cmd, sudoable=False, in_data=json.dumps(self.module_args(probe)))
+        except AnsibleConnectionFailure as exc:
+            raise ConnectionLost(str(exc)) from None
+        try:
+            result = json.loads(ran.get("stdout") or "")
+        except ValueError:
+            display.vvv(
+                f"wait_ready: the probe did not run (rc={ran.get('rc')}: {str(ran.get('stderr'))[-300:]}); looks are module runs again",
+                host=self.wait.settings.host,
+            )
+            self.usable = False
+            return self.run_module(probe)
+        result = remove_values(result, set(self.args.get("redact") or []))
+        if result.get("failed"):
+            raise ProbeFailed(str(result.get("msg") or "failed without a message"))
+        return t.cast(ProbeResult, result)
+
+    def cleanup(self) -> None:
+        if self.directory is None:
+            return
+        try:
+            self.action._low_level_execute_command(f"rm -rf {shlex.quote(self.directory)}", sudoable=False)
+        except AnsibleError as exc:
+            display.vvv(f"wait_ready: could not remove {self.directory}: {exc}", host=self.wait.settings.host)
+        self.directory = None
 
 
 class ActionModule(ActionBase):
@@ -138,8 +253,9 @@ class ActionModule(ActionBase):
             except ChannelError as exc:
                 result.update(failed=True, reason="invalid_options", msg=str(exc))
                 return result
+        transport = FastTransport(self, wait, args, task_vars)
         try:
-            result.update(run_wait(wait, Transport(self, wait, args, task_vars), time.monotonic, time.sleep, display.display, channel))
+            result.update(run_wait(wait, transport, time.monotonic, time.sleep, display.display, channel))
         except BaseException as exc:
             if channel is not None and wait.outcome is None:
                 # the other nodes must not wait for a node whose wait broke down
@@ -147,5 +263,7 @@ class ActionModule(ActionBase):
                     {"host": host, "rank": wait.settings.node_rank, "state": "failed", "reason": "probe_failed", "msg": f"the wait broke down: {exc}"}
                 )
             raise
+        finally:
+            transport.cleanup()
         result["ended_at"] = round(time.time(), 3)
         return result

@@ -61,7 +61,7 @@ WAIT_OPTIONS: Spec = {
     "stall_limits": {"type": "dict", "default": {}},
     "health_successes": {"type": "int", "default": 2},
     "soak": {"type": "float", "default": 10},
-    "poll_interval": {"type": "float", "default": 5},
+    "poll_interval": {"type": "float", "default": 30},
     "heartbeat": {"type": "float", "default": 30},
     "invocation_id": {"type": "str"},
     "previous_invocation_id": {"type": "str"},

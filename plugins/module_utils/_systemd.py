@@ -400,21 +400,30 @@ class JournalFollower:
             first = False
             yield self._take(record)
 
-    def poll(self, timeout: float) -> list[dict[str, t.Any]]:
-        """The records that arrived within ``timeout`` seconds (waiting only until the first does)."""
+    def poll(self, timeout: float, wakers: t.Sequence[int] = (), hangups: t.Sequence[int] = ()) -> list[dict[str, t.Any]]:
+        """The records that arrived within ``timeout`` seconds (waiting only until the first does, or
+        until one of ``wakers`` is readable or one of ``hangups`` is hung up: a process's pidfd, the
+        pipe back to the caller)."""
         if self._process is None:
             argv = journal_command(self.unit, self.invocation_id, self.cursor, None, self.journalctl)
             argv[1:1] = ["--follow", "--no-tail"]
             self._process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         stream = self._process.stdout
-        ready = select.select([stream], [], [], max(timeout, 0.0))[0]
+        poller = select.poll()
+        for fd in hangups:
+            poller.register(fd, select.POLLERR | select.POLLHUP)
+        for fd in wakers:
+            poller.register(fd, select.POLLIN)
+        poller.register(stream.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        events = poller.poll(max(timeout, 0.0) * 1000)
+        ready = any(fd == stream.fileno() for fd, _event in events)
         data = b""
         while ready:
             chunk = os.read(stream.fileno(), self.CHUNK)
             if not chunk:
                 break
             data += chunk
-            ready = select.select([stream], [], [], 0)[0]
+            ready = bool(select.select([stream], [], [], 0)[0])
         return [self._take(record) for record in self._decoder.feed(data)]
 
     def _take(self, record: dict[str, t.Any]) -> dict[str, t.Any]:

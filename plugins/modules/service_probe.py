@@ -61,10 +61,30 @@ options:
     type: str
   health_early:
     description:
-      - End O(watch) as soon as the server is known to be warming up or ready, to probe health at once.
+      - End O(watch) as soon as the server is known to be warming up or ready, to probe health at once
+        (with O(health_every), once health answered 200 O(health_needed) times in a row instead).
       - Set to V(false) to watch the whole window (during a soak).
     type: bool
     default: true
+  health_every:
+    description:
+      - With O(health_url), also probe health every this many seconds while watching, once the server's port
+        is open (O(health_known) is an answer, or the journal shows it warming up or ready); the call then
+        returns as soon as an answer differs from the one before it (or from O(health_known)).
+      - V(0) probes health once, at the end of the call.
+    type: float
+    default: 0
+  health_needed:
+    description:
+      - With O(health_every) and O(health_early), end O(watch) once health answered 200 this many times in a row
+        within the call. V(0) never ends it on successes.
+    type: int
+    default: 0
+  health_known:
+    description:
+      - The health answer the caller saw last (its RV(health.status), V(up) for a connection without an answer,
+        V(down) for none), so that only a different answer counts as a change that ends O(watch).
+    type: str
   tail_lines:
     description:
       - Also return the text of the last this many journal lines read, as RV(journal.tail).
@@ -211,286 +231,38 @@ health:
       description: How long the probe took.
       type: float
   sample: {"url": "http://127.0.0.1:30000/health_generate", "up": false, "status": null, "error": "connection refused", "seconds": 0.001}
+health_history:
+  description:
+    - Every health probe of the call, oldest first (the last one is RV(health)); empty without O(health_url).
+  returned: always
+  type: list
+  elements: dict
 watched:
   description: Seconds the call spent watching (without the health probe).
   returned: always
   type: float
+python:
+  description: The Python interpreter that ran the call on the managed host (M(inferops.runbooks.wait_ready) runs its later looks with it).
+  returned: always
+  type: str
 """
 
-import os  # noqa: E402
-import select  # noqa: E402
-import time  # noqa: E402
-import typing as t  # noqa: E402
-from collections import deque  # noqa: E402
+import sys  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _journal_state as journal_state  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
-    GrepRead,
-    GrepUnavailable,
-    JournalFollower,
-    JournalReader,
-    SystemdError,
-    identity,
-    is_invocation_id,
-    journal_command,
-    message_text,
-    unit_name,
-    unit_state,
-)
-
-STEP = 0.25  # how often the unit's main process is looked at while the journal is quiet
-UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main process is gone)
-JOURNALD_LAG = 0.3  # a dying process's last lines reach the journal a moment after it exits
-TRACEBACK_SETTLE = 0.8  # an open traceback is given this long to be written whole
-FATAL_SETTLE = 0.3  # after a fatal line, the other ranks' copies follow within this
-MAX_FATAL_TIMES = 1000
-
-
-def argument_spec() -> dict[str, t.Any]:
-    spec = merged(UNIT_OPTIONS, HEALTH_OPTIONS, CLASSIFIER_OPTIONS)
-    spec["health_url"] = {"type": "str"}
-    spec.update(
-        invocation_id={"type": "str"},
-        cursor={"type": "str", "no_log": False},
-        line_offset={"type": "int", "default": 0},
-        phase={"type": "str", "default": "starting", "choices": list(PHASES)},
-        watch={"type": "float", "default": 0},
-        health_early={"type": "bool", "default": True},
-        tail_lines={"type": "int", "default": 0},
-        journal_grep={"type": "bool", "default": False},
-        journal_state={"type": "bool", "default": False},
-        state_dir={"type": "str", "default": STATE_DIR},
-    )
-    return spec
-
-
-def controller_gone() -> bool:
-    """Whether whoever started this module went away (Ctrl-C on the controller, a dropped connection):
-    the pipe back to it is closed, or this process was orphaned."""
-    if os.getppid() == 1:
-        return True
-    poller = select.poll()
-    poller.register(1, select.POLLERR | select.POLLHUP)
-    return bool(poller.poll(0))
-
-
-class Watch:
-    """One call's look at the unit: the journal followed, the unit's state kept current."""
-
-    def __init__(self, module: AnsibleModule, unit: str, scanner: Scanner, tail_lines: int) -> None:
-        self.module = module
-        self.unit = unit
-        self.scanner = scanner
-        self.systemctl = module.get_bin_path("systemctl", required=True)
-        self.first = self.state = unit_state(unit, systemctl=self.systemctl)
-        self.state_at = time.monotonic()
-        self.tail: deque[str] = deque(maxlen=max(tail_lines, 1))
-        self.tail_lines = tail_lines
-        self.fatal_times: dict[int, int] = {}
-        self.reading: dict[str, t.Any] = {"grep": False, "records_read": 0, "fallback": None, "resumed_at": None, "state_problem": None, "state_saved": False}
-
-    def refresh(self, force: bool = False) -> None:
-        pid = int(self.state.get("MainPID") or 0)
-        gone = pid <= 0 or not os.path.exists(f"/proc/{pid}")
-        if force or gone or time.monotonic() - self.state_at >= UNIT_EVERY:
-            self.state = unit_state(self.unit, systemctl=self.systemctl)
-            self.state_at = time.monotonic()
-
-    def feed_one(self, record: dict[str, t.Any]) -> None:
-        self.feed((record,))
-
-    def feed(self, records: t.Iterable[dict[str, t.Any]]) -> None:
-        scanner = self.scanner
-        for record in records:
-            fatal, opened = scanner.counts.get("fatal", 0), scanner.open_traceback
-            scanner.feed_records((record,))
-            if self.tail_lines > 0:
-                self.tail.append(self.scanner.redact(message_text(record)))
-            if (scanner.counts.get("fatal", 0) != fatal or scanner.open_traceback != opened) and len(self.fatal_times) < MAX_FATAL_TIMES:
-                self.note_time(record)
-
-    def note_time(self, record: dict[str, t.Any]) -> None:
-        """The journal's time of a line that made or opened a fatal event (a traceback's first line
-        is the event's line): across the nodes of a deployment, the earliest says where it began."""
-        realtime = str(record.get("__REALTIME_TIMESTAMP") or "")
-        if realtime.isdigit():
-            number = self.scanner.open_traceback[0] if self.scanner.open_traceback else self.scanner.line_number
-            self.fatal_times.setdefault(number, int(realtime))
-
-    def stamp(self, report: dict[str, t.Any]) -> None:
-        for event in report.get("fatal") or []:
-            event["first_realtime"] = self.fatal_times.get(event.get("first_line"))
-
-    @property
-    def changed(self) -> bool:
-        return identity(self.state) != identity(self.first)
-
-
-def catch_up(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) -> None:
-    """What the journal holds now after the cursor: with journalctl --grep where it can search (the
-    scanner as it was before when it cannot), else every record."""
-    reading = watch.reading
-    pattern = watch.scanner.rules.grep_pattern if params["journal_grep"] else None
-    if params["journal_grep"] and pattern is None:
-        reading["fallback"] = "a rule matches lines without any word journalctl could search for"
-    if pattern is not None:
-        before = watch.scanner.state()
-        times, tail = dict(watch.fatal_times), list(watch.tail)
-        grep = GrepRead(
-            watch.scanner, watch.feed_one, follower.unit, follower.invocation_id, pattern, follower.start_cursor, watch.tail_lines, follower.journalctl
-        )
-        try:
-            grep.read()
-        except GrepUnavailable as exc:
-            reading["fallback"] = str(exc)
-            if before is not None:
-                watch.scanner.restore(before)
-            watch.fatal_times, watch.tail = times, deque(tail, maxlen=watch.tail.maxlen)
-        else:
-            reading.update(grep=True, records_read=grep.read_records)
-            follower.cursor = grep.cursor
-            follower.count += grep.count
-            follower.realtime = grep.realtime or follower.realtime
-            if watch.tail_lines > 0:
-                watch.tail = deque((watch.scanner.redact(text) for text in grep.tail), maxlen=watch.tail.maxlen)
-            return
-    before_count = follower.count
-    watch.feed(follower.catch_up())
-    reading["records_read"] = follower.count - before_count
-    if reading.get("resumed_at") is not None and watch.tail_lines > 0:
-        lines = [watch.scanner.redact(text) for text in last_lines(follower, watch.tail_lines)]
-        watch.tail = deque(lines or watch.tail, maxlen=watch.tail.maxlen)
-
-
-def last_lines(follower: JournalFollower, count: int) -> list[str]:
-    """The text of the last ``count`` records of the invocation up to the follower's cursor."""
-    if not follower.cursor:
-        return []
-    argv = journal_command(follower.unit, follower.invocation_id, None, None, follower.journalctl)
-    argv[1:1] = ["--reverse", "--cursor=" + follower.cursor, f"--lines={count}"]
-    return [message_text(record) for record in reversed(list(JournalReader(argv, limit=count)))]
-
-
-def resume(watch: Watch, path: str, unit: str, invocation: str) -> str | None:
-    """Take up the state kept for this invocation; the cursor to read after, or None."""
-    saved, problem = journal_state.load(path, unit)
-    reading = watch.reading
-    if problem is not None:
-        reading["state_problem"] = problem
-        watch.module.warn(problem)
-        return None
-    if saved is None or saved["invocation_id"] != invocation:
-        return None
-    try:
-        times = {int(line): int(realtime) for line, realtime in dict(saved.get("fatal_times") or {}).items()}
-        watch.scanner.restore(saved["scanner"])
-    except (TypeError, ValueError) as exc:
-        reading["state_problem"] = f"the journal state {path} is ignored ({exc}): the journal is read from the start"
-        watch.module.warn(reading["state_problem"])
-        return None
-    watch.fatal_times = times
-    reading["resumed_at"] = watch.scanner.line_number
-    return str(saved["cursor"])
-
-
-def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any]) -> None:
-    """Read the journal until something matters or the watch window ends; an open traceback and a
-    fresh fatal line get a moment to be written whole."""
-    scanner = watch.scanner
-    deadline = time.monotonic() + params["watch"]
-    known = phase_index(params["phase"])
-    settle_until: float | None = None
-    catch_up(watch, follower, params)
-    while True:
-        now = time.monotonic()
-        wait = min(STEP, max(deadline - now, 0.0)) if settle_until is None else max(min(STEP, settle_until - now), 0.0)
-        watch.feed(follower.poll(wait))
-        watch.refresh()
-        now = time.monotonic()
-        if controller_gone():
-            raise SystemExit(1)
-        if watch.changed:
-            time.sleep(JOURNALD_LAG)
-            watch.feed(follower.poll(0))
-            return
-        if scanner.open_traceback is not None:
-            settle_until = settle_until or now + TRACEBACK_SETTLE
-        elif scanner.counts.get("fatal", 0):
-            settle_until = min(settle_until or now + FATAL_SETTLE, now + FATAL_SETTLE)
-        if settle_until is not None:
-            if now >= settle_until:
-                return
-            continue
-        phase = phase_index(scanner.phase) if scanner.phases else -1
-        if scanner.ready_line is not None or phase > known:
-            return
-        if params["health_url"] and params["health_early"] and max(known, phase) >= phase_index("warming_up"):
-            return
-        if now >= deadline:
-            return
+from ansible_collections.inferops.runbooks.plugins.module_utils._probe import ProbeError, argument_spec, look  # noqa: E402
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    params = module.params
-    started = time.monotonic()
     try:
-        unit = unit_name(params["unit"])
-        rules = load_rules(params["engine"], params["extra_rules"], params["disabled_rules"])
-    except (RuleError, ValueError) as exc:
+        result = look(module.params, lambda name: module.get_bin_path(name, required=True))
+    except ProbeError as exc:
         module.fail_json(msg=str(exc))
-    if params["invocation_id"] and not is_invocation_id(params["invocation_id"]):
-        module.fail_json(msg=f"invocation_id {params['invocation_id']!r} is not 32 hexadecimal digits")
-    if params["watch"] < 0 or params["health_timeout"] <= 0:
-        module.fail_json(msg="watch must be >= 0 and health_timeout > 0")
-    journalctl = module.get_bin_path("journalctl", required=True)
-    scanner = Scanner(rules, strict=params["strict"], line_offset=params["line_offset"], secrets=params["redact"])
-    follower = None
-    try:
-        watch = Watch(module, unit, scanner, params["tail_lines"])
-        invocation = params["invocation_id"] or watch.state.get("InvocationID") or None
-        cursor = params["cursor"]
-        path = journal_state.state_path(unit, params["state_dir"]) if params["journal_state"] else None
-        if path and invocation and not cursor:
-            cursor = resume(watch, path, unit, invocation)
-        if invocation:
-            with JournalFollower(unit, invocation, cursor, journalctl) as follower:
-                follow(watch, follower, params)
-        watched = round(time.monotonic() - started, 3)
-        judged = scanner.state() if path else None
-        report = scanner.finish()
-        health = None
-        if params["health_url"]:
-            health = probe(params["health_url"], params["health_timeout"], params["validate_certs"])
-            watch.refresh(force=True)
-    except (SystemdError, HealthURLError) as exc:
-        module.fail_json(msg=str(exc))
-
-    if path and invocation and judged is not None and follower is not None and follower.cursor:
-        times = dict(sorted(watch.fatal_times.items())[:MAX_FATAL_TIMES])
-        try:
-            journal_state.save(path, unit, invocation, follower.cursor, judged, {"fatal_times": times})
-            watch.reading["state_saved"] = True
-        except OSError as exc:
-            module.warn(f"the journal state {path} could not be kept ({exc}): the next precheck reads the journal from the start")
-    watch.stamp(report)
-    report["reading"] = watch.reading
-    report["cursor"] = follower.cursor if follower else params["cursor"]
-    report["records"] = follower.count if follower else 0
-    report["invocation_id"] = invocation
-    report["last_realtime"] = follower.realtime if follower else None
-    report["gap"] = follower.gap if follower else None
-    if params["tail_lines"] > 0:
-        report["tail"] = list(watch.tail)
-    module.exit_json(changed=False, unit=watch.state, journal=report, health=health, watched=watched)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
+    module.exit_json(python=sys.executable, **result)
 
 
 if __name__ == "__main__":

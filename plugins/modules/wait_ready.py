@@ -21,8 +21,9 @@ description:
   - The decisions are made by a state machine on the controller from each probe's observations (unit state,
     the journal read since the last probe, health); the health endpoint is probed without credentials.
   - Runs on the controller and calls M(inferops.runbooks.service_probe) on the managed host in a loop; each call
-    long-polls the journal and the unit's state for up to O(poll_interval) seconds, so a fatal line is seen within
-    about a second while the wait costs one connection round trip every few seconds.
+    long-polls the journal, the unit's state and (once the port is open) health until something that matters
+    changes or the next heartbeat is due, so a fatal line is seen within about a second while the wait costs one
+    connection round trip about every O(heartbeat) seconds when nothing happens.
   - Prints one line per host whenever the state changes and at least every O(heartbeat) seconds, so that long waits
     are never silent (AWX and other job runners do not take them for hung jobs).
   - Survives a dropped SSH connection; the connection is reset and the probe retried after an exponential backoff with
@@ -116,10 +117,14 @@ options:
     default: 10
   poll_interval:
     description:
-      - Seconds each probe may watch the managed host for a change (the long-poll window). A change ends the
-        window early, so this only sets how often the connection is used when nothing happens.
+      - Seconds each probe may watch the managed host for a change (the long-poll window). A change that matters
+        (a later phase, a fatal line, the unit's state, a different health answer) ends the window early, and
+        a window also ends in time for the next O(heartbeat) line, so this only sets how often the connection is
+        used when nothing happens. Progress within a phase (the percent of a bar) is shown with the heartbeat.
+      - Health is probed within the window at its own pace once the server's port is open (every second until
+        the health gate passed, every 5 s or O(poll_interval) during the soak).
     type: float
-    default: 5
+    default: 30
   heartbeat:
     description:
       - Print a progress line at least this often, in seconds, even when nothing changes.

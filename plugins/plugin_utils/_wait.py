@@ -44,6 +44,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._types import (
 SWITCH_LIMIT = 30.0  # how long a restarted unit may keep its old invocation before the restart counts as lost
 SWITCH_PAUSE = 0.5
 HEALTH_PAUSE = 1.0  # between health probes, so that a probe returning at once does not hammer the server
+HEALTH_SOAK_PACE = 5.0  # how often health is probed during the soak (within a look), at most
 TAIL_LINES = 20
 HISTORY_MAX = 50
 BACKOFF_BASE = 1.0
@@ -59,6 +60,7 @@ JOIN_LIMIT = 60.0  # how long a peer may take to start its wait before the deplo
 # half again, cannot make it late
 TURNS_KEPT = 10
 TURN_MARGIN = 1.5
+LOOK_MARGIN = 2.0  # a look ends at least this long (or half again its recent overhead) before a heartbeat is due
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Settings:
     health_successes: int = 2
     health_timeout: float = 30.0
     soak: float = 10.0
-    poll_interval: float = 5.0
+    poll_interval: float = 30.0
     heartbeat: float = 30.0
     strict: bool = False
     connection_retries: int = 5
@@ -109,6 +111,8 @@ class Probe:
     health_early: bool = True
     health_timeout: float | None = None
     pause: float = 0.0  # sleep this long before the call
+    health_every: float = 0.0  # probe health at this pace within the look once the port is open (0: once, at its end)
+    health_needed: int = 0  # end the look once health answered 200 this many times in a row (with health_early)
     reset_connection: bool = False
     pinning: bool = False  # the first look: which invocation to watch
 
@@ -188,6 +192,7 @@ class Wait:
         self._last_status: str | None = None
         self._last_shown = float("-inf")
         self._turns: deque[float] = deque(maxlen=TURNS_KEPT)  # seconds between looks
+        self._overheads: deque[float] = deque(maxlen=TURNS_KEPT)  # seconds of a look not spent watching
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -204,6 +209,7 @@ class Wait:
 
     def observe(self, result: ProbeResult, now: float) -> Step:
         self._turns.append(now - self.now)
+        self._overheads.append(max(now - self.now - float(t.cast(t.Mapping[str, t.Any], result).get("watched") or 0.0), 0.0))
         self.now = now
         self.probes += 1
         self.failures = 0
@@ -391,8 +397,9 @@ class Wait:
                 self._show(f"journal gap: {gap}", force=True)
         self._note_phase()
         self._note_progress()
-        if result.get("health") is not None:
-            self._note_health(t.cast(HealthResult, result["health"]))
+        answers = t.cast(t.Mapping[str, t.Any], result).get("health_history") or ([result["health"]] if result.get("health") is not None else [])
+        for answer in answers:
+            self._note_health(t.cast(HealthResult, answer))
         self._show(self._status())
 
     def _note_phase(self) -> None:
@@ -525,6 +532,14 @@ class Wait:
     def _health_status(self) -> int | None:
         return self.health["status"] if self.health else None
 
+    def health_known(self) -> str | None:
+        """The last answer, as service_probe's health_known names it (a look ends when it differs)."""
+        if not self.health:
+            return None
+        if self.health.get("status") is not None:
+            return str(self.health["status"])
+        return "up" if self.health.get("up") else "down"
+
     def _identity(self) -> tuple[t.Any, ...]:
         return identity(self.state)
 
@@ -542,13 +557,25 @@ class Wait:
         warm = phase_index(self.total["phase"]) >= phase_index("warming_up")
         pause = min(HEALTH_PAUSE, max(self.remaining(), 0.0)) if warm and self.soak_started is None else 0.0
         timeout = max(1.0, min(self.settings.health_timeout, self.remaining() + 1.0))
-        return Probe(watch=self._window(pause), health=True, health_early=self.soak_started is None, health_timeout=timeout, pause=pause)
+        soaking = self.soak_started is not None
+        return Probe(
+            watch=self._window(pause),
+            health=True,
+            health_early=not soaking,
+            health_timeout=timeout,
+            pause=pause,
+            health_every=min(self.settings.poll_interval, HEALTH_SOAK_PACE) if soaking else HEALTH_PAUSE,
+            health_needed=0 if soaking else max(self.settings.health_successes - self.streak, 1),
+        )
 
     def _window(self, pause: float = 0.0) -> float:
         """How long the next probe may watch: up to the poll interval, never past the budget, the
-        stall limit or the end of the soak."""
+        stall limit, the end of the soak, or the moment the look must return for the next heartbeat."""
         left = max(self.remaining() - pause, 0.0)
         window = min(self.settings.poll_interval, self.settings.heartbeat, left)
+        margin = max(LOOK_MARGIN, TURN_MARGIN * max(self._overheads, default=0.0))
+        beat = self.settings.heartbeat - (self.now + pause - max(self._last_shown, self.started)) - margin
+        window = min(window, max(beat, 1.0))
         if self.in_deployment:
             window = min(window, PEER_POLL)
         limit = self.stall_limit()

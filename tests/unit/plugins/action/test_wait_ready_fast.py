@@ -1,0 +1,142 @@
+"""wait_ready's looks after the first: the probe's code copied once per wait and run as a plain
+Python process, the module when that cannot be done (plugins/action/wait_ready.py FastTransport)."""
+
+from __future__ import annotations
+
+import io
+import json
+import typing as t
+import zipfile
+
+import pytest
+
+from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, BUNDLE_PACKAGE, FastTransport, probe_bundle
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait
+
+pytestmark = pytest.mark.ansible
+
+ARGS = {name: option.get("default") for name, option in ARGUMENT_SPEC.items()}
+LOOK = {"unit": {}, "journal": {}, "health": None, "python": "/usr/bin/python3"}
+
+
+class PlayContext:
+    become = False
+
+
+class ActionStandIn:
+    """Module runs and plain commands, answered from lists."""
+
+    has_pipelining = True
+
+    def __init__(self, commands: list[t.Any]) -> None:
+        self.modules: list[dict[str, t.Any]] = []
+        self.commands: list[tuple[str, str | None]] = []
+        self.answers = commands
+        self.transferred: dict[str, bytes] = {}
+        self._connection = self
+        self._play_context = PlayContext()
+
+    def reset(self) -> None:
+        pass
+
+    def get_shell_option(self, option: str, default: str | None = None) -> str | None:
+        return default
+
+    def _execute_module(self, module_name: str, module_args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        self.modules.append(module_args)
+        return dict(LOOK)
+
+    def _transfer_data(self, remote_path: str, data: bytes) -> str:
+        self.transferred[remote_path] = data
+        return remote_path
+
+    def _low_level_execute_command(self, cmd: str, sudoable: bool = True, in_data: str | None = None) -> dict[str, t.Any]:
+        self.commands.append((cmd, in_data))
+        if cmd.startswith("umask"):
+            return {"rc": 0, "stdout": "/root/.ansible/tmp/inferops-probe-abc\n", "stderr": ""}
+        if cmd.startswith("rm -rf"):
+            return {"rc": 0, "stdout": "", "stderr": ""}
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def fast(answers: list[t.Any], **args: t.Any) -> tuple[FastTransport, ActionStandIn]:
+    action = ActionStandIn(answers)
+    wait = Wait(Settings(), 0.0)
+    wait.invocation_id = "a" * 32
+    return FastTransport(t.cast(t.Any, action), wait, {**ARGS, **args}, {}), action
+
+
+def ran(result: dict[str, t.Any]) -> dict[str, t.Any]:
+    return {"rc": 0, "stdout": json.dumps(result), "stderr": ""}
+
+
+def test_the_first_look_is_the_module_and_later_ones_a_plain_process_with_the_options_on_stdin() -> None:
+    send, action = fast([ran({"unit": {"ActiveState": "active"}, "journal": {}, "health": None})], redact=["sk-secret"])
+    send(Probe(watch=0.0, health=False, pinning=True))
+    assert len(action.modules) == 1 and list(action.transferred) == ["/root/.ansible/tmp/inferops-probe-abc/probe.zip"]
+    result = send(Probe(watch=25.0, health=True, health_every=1.0, health_needed=2))
+    assert result["unit"] == {"ActiveState": "active"} and len(action.modules) == 1
+    command, stdin = action.commands[-1]
+    assert command.startswith("/usr/bin/python3 -c ") and command.endswith("/root/.ansible/tmp/inferops-probe-abc/probe.zip")
+    options = json.loads(stdin or "")
+    assert options["watch"] == 25.0 and options["health_every"] == 1.0 and options["health_needed"] == 2 and options["redact"] == ["sk-secret"]
+    assert "sk-secret" not in command, "secrets go on stdin, never on a command line"
+    send.cleanup()
+    assert action.commands[-1][0] == "rm -rf /root/.ansible/tmp/inferops-probe-abc"
+
+
+def test_a_secret_in_a_plain_look_is_masked_as_the_module_would() -> None:
+    send, _action = fast([ran({"unit": {}, "journal": {"tail": ["key sk-secret leaked"]}, "health": None})], redact=["sk-secret"])
+    send(Probe(watch=0.0, health=False, pinning=True))
+    result = send(Probe(watch=5.0))
+    assert "sk-secret" not in json.dumps(result)
+
+
+def test_a_plain_look_that_does_not_run_falls_back_to_the_module_for_good() -> None:
+    send, action = fast([{"rc": 127, "stdout": "", "stderr": "python3: not found"}])
+    send(Probe(watch=0.0, health=False, pinning=True))
+    send(Probe(watch=5.0))
+    send(Probe(watch=5.0))
+    assert len(action.modules) == 3 and not action.answers
+
+
+def test_a_refused_plain_look_fails_the_probe_and_a_lost_connection_is_retried() -> None:
+    from ansible.errors import AnsibleConnectionFailure
+
+    send, _action = fast([ran({"failed": True, "msg": "bad url"}), AnsibleConnectionFailure("reset")])
+    send(Probe(watch=0.0, health=False, pinning=True))
+    with pytest.raises(ProbeFailed, match="bad url"):
+        send(Probe(watch=5.0))
+    with pytest.raises(ConnectionLost):
+        send(Probe(watch=5.0))
+
+
+def test_with_become_every_look_is_the_module() -> None:
+    send, action = fast([])
+    action._play_context.become = True
+    send = FastTransport(t.cast(t.Any, action), send.wait, ARGS, {})
+    send(Probe(watch=0.0, health=False, pinning=True))
+    send(Probe(watch=5.0))
+    assert len(action.modules) == 2 and not action.transferred
+
+
+def test_a_node_of_a_deployment_keeps_the_modules_looks() -> None:
+    action = ActionStandIn([])
+    wait = Wait(Settings(deployment="dsr1", node_rank=1, peers={"sim1": 0}), 0.0)
+    wait.invocation_id = "a" * 32
+    send = FastTransport(t.cast(t.Any, action), wait, ARGS, {})
+    send(Probe(watch=0.0, health=False, pinning=True))
+    send(Probe(watch=2.0))
+    assert len(action.modules) == 2 and not action.transferred and not action.commands
+
+
+def test_the_bundle_is_the_probes_standard_library_code_in_its_package() -> None:
+    with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
+        names = bundle.namelist()
+        assert f"{BUNDLE_PACKAGE}/_probe.py" in names and "ansible_collections/__init__.py" in names
+        for name in names:
+            text = bundle.read(name).decode()
+            assert "from ansible." not in text and "import ansible." not in text, name

@@ -1,0 +1,109 @@
+"""The look that service_probe makes, as a plain process (module_utils/_probe.py): defaults,
+answers as the wait names them, health paced within the look, and the precheck's reading (journalctl
+--grep, the kept state taken up) through the same look."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import sys
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
+
+FAKE = Path(__file__).with_name("fake_journalctl.py")
+INVOCATION = "0123456789abcdef0123456789abcdef"
+
+
+def test_options_missing_from_a_plain_call_take_the_modules_defaults() -> None:
+    params = _probe.with_defaults({"unit": "vllm.service", "watch": 12.5})
+    assert params["unit"] == "vllm.service" and params["watch"] == 12.5
+    assert params["phase"] == "starting" and params["health_every"] == 0 and params["engine"] == "sglang"
+    assert set(params) == set(_probe.argument_spec())
+
+
+ANSWERS = [({"status": 200, "up": True}, "200"), ({"status": None, "up": True}, "up"), ({"status": None, "up": False}, "down")]
+
+
+@pytest.mark.parametrize(("answer", "key"), ANSWERS)
+def test_answers_are_named_as_the_wait_names_them(answer: dict[str, t.Any], key: str) -> None:
+    assert _probe.health_key(answer) == key
+
+
+def pacer(monkeypatch: pytest.MonkeyPatch, answers: list[int | None], **params: t.Any) -> _probe.HealthPacer:
+    values = {"health_url": "http://127.0.0.1:30000/health", "health_timeout": 5.0, "validate_certs": True, "health_every": 1.0}
+    values.update({"health_needed": 2, "health_early": True, "health_known": None, **params})
+    queue = list(answers)
+
+    def fake(url: str, timeout: float, validate_certs: bool) -> dict[str, t.Any]:
+        status = queue.pop(0)
+        return {"url": url, "up": status is not None, "status": status, "error": None if status else "connection refused", "seconds": 0.0}
+
+    monkeypatch.setattr(_probe, "probe", fake)
+    return _probe.HealthPacer(values)
+
+
+def test_health_is_paced_only_once_the_port_is_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = pacer(monkeypatch, [], health_known="down")
+    assert not closed.active(_probe.phase_index("loading_weights"))
+    assert closed.active(_probe.phase_index("warming_up"))
+    assert pacer(monkeypatch, [], health_known="503").active(_probe.phase_index("loading_weights"))
+
+
+def test_the_look_ends_at_a_different_answer_or_the_successes_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    paced = pacer(monkeypatch, [503, 503, 200, 200], health_known="503")
+    assert [paced.take() for _answer in range(4)] == [False, False, True, True]
+    assert [answer["status"] for answer in paced.history] == [503, 503, 200, 200]
+
+
+def test_in_the_soak_only_a_different_answer_ends_the_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    paced = pacer(monkeypatch, [200, 200, 200, 503], health_known="200", health_early=False)
+    assert [paced.take() for _answer in range(4)] == [False, False, False, True]
+
+
+def test_a_plain_call_answers_json_and_a_refusal_as_failed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"unit": "sglang.service", "invocation_id": "not-an-id"})))
+    _probe.cli()
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["failed"] is True and "32 hexadecimal digits" in answer["msg"] and answer["python"]
+
+
+def stand_ins(tmp_path: Path, lines: list[str]) -> tuple[Path, Path]:
+    """A systemctl that shows a running unit of one invocation, and a journalctl over its records."""
+    records = tmp_path / "journal.json"
+    records.write_text(json.dumps([{"MESSAGE": text, "_PID": "4242"} for text in lines]))
+    systemctl = tmp_path / "systemctl"
+    show = f"ActiveState=active\nSubState=running\nMainPID=0\nNRestarts=0\nInvocationID={INVOCATION}\nResult=success\n"
+    systemctl.write_text(f"#!/bin/sh\nprintf '%s' '{show}'\n")
+    journalctl = tmp_path / "journalctl"
+    journalctl.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} {records} "$@"\n')
+    for path in (systemctl, journalctl):
+        path.chmod(0o755)
+    return systemctl, journalctl
+
+
+def test_the_precheck_look_reads_with_grep_and_takes_up_its_kept_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the records journalctl leaves out are counted from its stream (libsystemd would read this machine's journal)
+    monkeypatch.setattr(_probe, "GrepRead", functools.partial(_probe.GrepRead, libsystemd=False))
+    lines = [
+        "[2025-03-08 12:29:04] Load weight begin. avail mem=78.50 GB",
+        "[2025-03-08 12:29:12 TP0] Decode batch. #running-req: 1, #token: 12, token usage: 0.00, gen throughput (token/s): 4.1, #queue-req: 0",
+        "[2025-03-08 12:29:33] The server is fired up and ready to roll!",
+    ]
+    systemctl, journalctl = stand_ins(tmp_path, lines)
+    tools = {"systemctl": str(systemctl), "journalctl": str(journalctl)}
+    params = _probe.with_defaults({"unit": "sglang.service", "journal_grep": True, "journal_state": True, "state_dir": str(tmp_path)})
+    first = _probe.look(params, tools.get)
+    reading = first["journal"]["reading"]
+    assert reading["grep"] and reading["state_saved"] and reading["resumed_at"] is None and "warnings" not in first
+    assert first["journal"]["records"] == 3 and reading["records_read"] < 3 and first["journal"]["ready_line"] == 3
+    second = _probe.look(params, tools.get)
+    assert second["journal"]["reading"]["resumed_at"] == 3 and second["journal"]["ready_line"] == 3
+    Path(tmp_path / "sglang.service.journal.json").write_text("{not json")
+    third = _probe.look(params, tools.get)
+    assert third["journal"]["reading"]["state_problem"] and third["warnings"] == [third["journal"]["reading"]["state_problem"]]
+    assert third["journal"]["ready_line"] == 3 and third["journal"]["reading"]["resumed_at"] is None
