@@ -227,10 +227,10 @@ def stats(report: Report) -> dict[str, t.Any]:
     """What ``set_stats`` publishes for the host, or for the deployment."""
     form = form_of(report)
     if not is_deployment(report):
-        figures = {name: value_at(report, path) for name, path in form.stats}
+        host = {name: value_at(report, path) for name, path in form.stats}
         if isinstance(report.get("history"), t.Mapping):
-            figures["history"] = history_figures(report)
-        return figures
+            host["history"] = history_figures(report)
+        return host
     figures: dict[str, t.Any] = {"deployment": True, **{name: value_at(report, path) for name, path in form.deployment_stats}}
     nodes = [node for node in report["nodes"] if isinstance(node, t.Mapping)]
     if isinstance(form.node_stats, str):
@@ -521,13 +521,17 @@ def history_lines(report: Report) -> list[str]:
     if isinstance(eta, t.Mapping) and eta.get("error") is not None:
         error = float(eta["error"])
         how = "later" if error > 0 else "earlier"
-        lines.append(
-            f"  ETA: ready {_history.human(float(eta.get('ready_at') or 0))} into the wait, {_history.human(abs(error))} {how} than the ETA at the last phase marker"
-        )
+        ready_at = _history.human(float(eta.get("ready_at") or 0))
+        lines.append(f"  ETA: ready {ready_at} into the wait, {_history.human(abs(error))} {how} than the ETA at the last phase marker")
     fleet = history.get("fleet")
     if isinstance(fleet, t.Mapping) and fleet.get("slow"):
         lines.append(f"  slower than its peers: {fleet.get('text')}")
     return lines
+
+
+def _part(section: t.Mapping[str, t.Any], key: str) -> t.Mapping[str, t.Any]:
+    value = section.get(key)
+    return value if isinstance(value, t.Mapping) else {}
 
 
 def history_figures(report: Report) -> dict[str, t.Any]:
@@ -537,10 +541,7 @@ def history_figures(report: Report) -> dict[str, t.Any]:
     history = report.get("history")
     if not isinstance(history, t.Mapping):
         return {}
-    limit = history.get("stall_limit") if isinstance(history.get("stall_limit"), t.Mapping) else {}
-    eta = history.get("eta") if isinstance(history.get("eta"), t.Mapping) else {}
-    fleet = history.get("fleet") if isinstance(history.get("fleet"), t.Mapping) else {}
-    start = history.get("start") if isinstance(history.get("start"), t.Mapping) else {}
+    limit, eta, fleet, start = (_part(history, key) for key in ("stall_limit", "eta", "fleet", "start"))
     return {
         "problem": history.get("problem"),
         "recorded": bool(history.get("recorded")),
@@ -566,8 +567,7 @@ def _history_properties(report: Report) -> list[tuple[str, t.Any]]:
     if not isinstance(history, t.Mapping) or "good_starts" not in history:
         return []
     figures = history_figures(report)
-    limit = history.get("stall_limit") if isinstance(history.get("stall_limit"), t.Mapping) else {}
-    fleet = history.get("fleet") if isinstance(history.get("fleet"), t.Mapping) else {}
+    limit, fleet = _part(history, "stall_limit"), _part(history, "fleet")
     return [
         ("history_good_starts", figures["good_starts"]),
         ("history_start_seconds", figures["start_seconds"]),
