@@ -11,8 +11,8 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import ROLES
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
+from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import ROLES, fleet_section, fleet_starts
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report as build_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
@@ -49,6 +49,32 @@ def report_stats(report: t.Any) -> dict[str, t.Any]:
     return _render.stats(_report(report, "report_stats"))
 
 
+def _ratio(ratio: t.Any, filter_name: str) -> float:
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError):
+        value = 0.0
+    if not value >= 1:
+        raise AnsibleFilterError(f"{filter_name}: ratio must be a number >= 1, got {ratio!r}")
+    return value
+
+
+def _reports(reports: t.Any, filter_name: str) -> list[dict[str, t.Any]]:
+    if not isinstance(reports, (list, tuple)):
+        raise AnsibleFilterError(f"{filter_name}: the reports must be a list of reports of inferops.runbooks.runbook_report")
+    return [report for report in plain(reports) if isinstance(report, dict)]
+
+
+def report_fleet(report: t.Any, reports: t.Any, ratio: t.Any = _history.DEFAULT_FLEET_RATIO) -> dict[str, t.Any]:
+    """The report with history.fleet: its start against its peers' on the same configuration."""
+    return fleet_section(_report(report, "report_fleet"), _reports(reports, "report_fleet"), _ratio(ratio, "report_fleet"))
+
+
+def fleet_outliers(reports: t.Any, ratio: t.Any = _history.DEFAULT_FLEET_RATIO) -> list[dict[str, t.Any]]:
+    """The hosts whose start was much slower than their peers' on the same configuration."""
+    return _history.fleet_outliers(fleet_starts(_reports(reports, "fleet_outliers")), _ratio(ratio, "fleet_outliers"))
+
+
 class FilterModule:
     """inferops.runbooks report filters."""
 
@@ -58,4 +84,6 @@ class FilterModule:
             "report_summary": report_summary,
             "report_junit": report_junit,
             "report_stats": report_stats,
+            "report_fleet": report_fleet,
+            "fleet_outliers": fleet_outliers,
         }

@@ -610,3 +610,62 @@ def config_of(show_text: str, read_file: t.Callable[[str], bytes | None] = read_
         if path:
             environment_files[path] = read_file(path)
     return fingerprint("\n".join(values.get("ExecStart", [])), files, environment_files, "\n".join(values.get("Environment", [])))
+
+
+# -- the fleet: a host's start against its peers' on the same configuration ------------------------
+
+DEFAULT_FLEET_RATIO = 2.0
+# fewer peers than this on a configuration say nothing about what is usual for it
+FLEET_MIN_PEERS = 2
+
+
+def fleet_compare(
+    starts: t.Mapping[str, t.Mapping[str, t.Any]],
+    ratio: float = DEFAULT_FLEET_RATIO,
+    min_peers: int = FLEET_MIN_PEERS,
+) -> dict[str, dict[str, t.Any]]:
+    """Each host's start (``{"config", "total"}``: its configuration fingerprint and the seconds from its
+    first journal line to its ready marker) against the median of its peers' (the other hosts with the
+    same fingerprint and a time): ``{"peers", "median", "ratio", "slow", "text"}``. A host with fewer
+    than ``min_peers`` (at least 2) such peers, or without a time, has no entry: nothing to compare with.
+    ``slow`` when its start took ``ratio`` times the median or more: ``sim2: start took 3m10s, 3.2x the
+    median of its 3 peers on the same configuration (59s)``."""
+    timed = {
+        str(host): (str(start["config"]), float(start["total"]))
+        for host, start in starts.items()
+        if isinstance(start, t.Mapping)
+        and start.get("config")
+        and isinstance(start.get("total"), (int, float))
+        and not isinstance(start.get("total"), bool)
+        and float(start["total"]) > 0
+    }
+    least = max(int(min_peers), FLEET_MIN_PEERS)
+    compared: dict[str, dict[str, t.Any]] = {}
+    for host, (config, total) in sorted(timed.items()):
+        peers = sorted(peer for peer, (other, _total) in timed.items() if peer != host and other == config)
+        if len(peers) < least:
+            continue
+        median = float(statistics.median(timed[peer][1] for peer in peers))
+        times = total / median if median > 0 else 0.0
+        compared[host] = {
+            "host": host,
+            "config": config,
+            "total": total,
+            "peers": peers,
+            "median": round(median, 1),
+            "ratio": round(times, 1),
+            "slow": median > 0 and times >= ratio,
+            "text": f"{host}: start took {human(total)}, {times:.1f}x the median of its {len(peers)} peers on the same configuration ({human(median)})",
+        }
+    return compared
+
+
+def fleet_outliers(
+    starts: t.Mapping[str, t.Mapping[str, t.Any]],
+    ratio: float = DEFAULT_FLEET_RATIO,
+    min_peers: int = FLEET_MIN_PEERS,
+) -> list[dict[str, t.Any]]:
+    """The hosts whose start was much slower than their peers' on the same configuration (``fleet_compare``),
+    the slowest against its peers first."""
+    slow = [found for found in fleet_compare(starts, ratio, min_peers).values() if found["slow"]]
+    return sorted(slow, key=lambda found: (-found["ratio"], found["host"]))

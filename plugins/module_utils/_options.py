@@ -130,6 +130,7 @@ FLOORS: dict[str, Floor] = {
     "history_stall_factor": Floor(1, True, "a number"),
     "history_stall_floor": SECONDS,
     "history_slow_ratio": Floor(1, True, "a number"),
+    "history_fleet_ratio": Floor(1, True, "a number"),
     "canary_requests": Floor(1, True, "a whole number"),
     "canary_concurrency": Floor(1, True, "a whole number"),
     "canary_prompt_tokens": Floor(1, True, "a whole number"),
@@ -257,6 +258,8 @@ ROLE_ONLY_OPTIONS: Spec = {
     "history_stall_factor": {"type": "float", "default": 1.5},
     "history_stall_floor": {"type": "float", "default": 60},
     "history_slow_ratio": {"type": "float", "default": 2},
+    # the end-of-play summary names a host whose start took this many times its peers' (same configuration)
+    "history_fleet_ratio": {"type": "float", "default": 2},
     "fail_on_new": {"type": "bool", "default": False},
     # the performance canary after the gates (module_utils/_canary); its URL is the health URL's server
     "canary": {"type": "bool", "default": False},
@@ -268,7 +271,10 @@ ROLE_ONLY_OPTIONS: Spec = {
     "canary_floors": {"type": "dict", "default": {}},
     "canary_on_fail": {"type": "str", "default": "fail", "choices": ["fail", "warn"]},
 }
-HISTORY_OPTIONS = ("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "fail_on_new")
+HISTORY_OPTIONS = (
+    *("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "history_fleet_ratio"),
+    "fail_on_new",
+)
 CANARY_OPTIONS = (
     *("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens"),
     *("canary_thresholds", "canary_floors", "canary_on_fail"),

@@ -231,7 +231,10 @@ def stats(report: Report) -> dict[str, t.Any]:
     """What ``set_stats`` publishes for the host, or for the deployment."""
     form = form_of(report)
     if not is_deployment(report):
-        return {name: value_at(report, path) for name, path in form.stats}
+        host = {name: value_at(report, path) for name, path in form.stats}
+        if isinstance(report.get("history"), t.Mapping):
+            host["history"] = history_figures(report)
+        return host
     figures: dict[str, t.Any] = {"deployment": True, **{name: value_at(report, path) for name, path in form.deployment_stats}}
     nodes = [node for node in report["nodes"] if isinstance(node, t.Mapping)]
     if isinstance(form.node_stats, str):
@@ -518,7 +521,67 @@ def history_lines(report: Report) -> list[str]:
     new = history.get("new_unrecognized") or []
     if new:
         lines.append(f"  new since the last good starts: {len(new)} unrecognized line group(s), listed first below")
+    eta = history.get("eta")
+    if isinstance(eta, t.Mapping) and eta.get("error") is not None:
+        error = float(eta["error"])
+        how = "later" if error > 0 else "earlier"
+        ready_at = _history.human(float(eta.get("ready_at") or 0))
+        lines.append(f"  ETA: ready {ready_at} into the wait, {_history.human(abs(error))} {how} than the ETA at the last phase marker")
+    fleet = history.get("fleet")
+    if isinstance(fleet, t.Mapping) and fleet.get("slow"):
+        lines.append(f"  slower than its peers: {fleet.get('text')}")
     return lines
+
+
+def _part(section: t.Mapping[str, t.Any], key: str) -> t.Mapping[str, t.Any]:
+    value = section.get(key)
+    return value if isinstance(value, t.Mapping) else {}
+
+
+def history_figures(report: Report) -> dict[str, t.Any]:
+    """What the start history said about the start, as figures for pipelines (``set_stats``): the good
+    starts it learned from, the stall limit of the phase the wait ended in and its source, the ETA's
+    baseline and error, the slow phases, the new line groups, the start against the play's other hosts."""
+    history = report.get("history")
+    if not isinstance(history, t.Mapping):
+        return {}
+    limit, eta, fleet, start = (_part(history, key) for key in ("stall_limit", "eta", "fleet", "start"))
+    return {
+        "problem": history.get("problem"),
+        "recorded": bool(history.get("recorded")),
+        "good_starts": history.get("good_starts"),
+        "start_seconds": start.get("total"),
+        "stall_limit": limit.get("limit"),
+        "stall_limit_phase": limit.get("phase"),
+        "stall_limit_source": limit.get("source"),
+        "eta_starts": eta.get("starts"),
+        "eta_error": eta.get("error"),
+        "slow_phases": {str(item.get("phase")): item.get("ratio") for item in history.get("slow") or [] if isinstance(item, t.Mapping)},
+        "new_templates": history.get("new_templates"),
+        "new_unrecognized": len(history.get("new_unrecognized") or []),
+        "fleet_ratio": fleet.get("ratio"),
+        "fleet_peers": len(fleet.get("peers") or []) if fleet else None,
+        "fleet_slow": bool(fleet.get("slow")) if fleet else None,
+    }
+
+
+def _history_properties(report: Report) -> list[tuple[str, t.Any]]:
+    """The JUnit properties of the start history (none without a history section)."""
+    history = report.get("history")
+    if not isinstance(history, t.Mapping) or "good_starts" not in history:
+        return []
+    figures = history_figures(report)
+    limit, fleet = _part(history, "stall_limit"), _part(history, "fleet")
+    return [
+        ("history_good_starts", figures["good_starts"]),
+        ("history_start_seconds", figures["start_seconds"]),
+        ("history_stall_limit", f"{limit.get('phase')} {limit.get('limit')} s, {limit.get('source')}: {limit.get('detail')}" if limit else ""),
+        ("history_eta_error", figures["eta_error"]),
+        ("history_slow", "; ".join(str(item.get("text")) for item in history.get("slow") or [] if isinstance(item, t.Mapping))),
+        ("history_new_templates", figures["new_templates"]),
+        ("history_fleet", fleet.get("text") if fleet else ""),
+        ("history_fleet_slow", figures["fleet_slow"]),
+    ]
 
 
 def _seen(event: t.Mapping[str, t.Any]) -> str:
@@ -680,6 +743,8 @@ def junit_xml(report: Report, report_dir: str = "") -> str:
     properties = ET.SubElement(suite, "properties")
     for name, path in form.properties:
         ET.SubElement(properties, "property", {"name": name, "value": _xml(value_at(report, path))})
+    for name, value in _history_properties(report):
+        ET.SubElement(properties, "property", {"name": name, "value": _xml(value)})
     case = ET.SubElement(suite, "testcase", {"classname": f"{role}.{host}", "name": f"{form.test_name} {_xml(report.get('unit'))}", "time": seconds})
     if verdict == "fail":
         failure = ET.SubElement(case, "failure", {"type": _xml(report.get("reason")), "message": _xml(cut(report.get("msg"), JUNIT_MESSAGE_LIMIT))})

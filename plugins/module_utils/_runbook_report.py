@@ -198,7 +198,7 @@ def restart_report(observed: Observed, now: float | None = None) -> Report:
     # request (the runbook_smoke role) holds the wait's lines and why the request failed
     journal = _after_smoke(observed, smoke) or wait
     deploy = _mapping(observed.get("deploy"))
-    history = history_section(observed)
+    history = _wait_history(history_section(observed), wait)
     decided = _new_lines_outcome(observed, history, _canary_outcome(canary, _restart_outcome(observed, wait, before, failure, smoke, journal)))
     outcome = _deploy_outcome(deploy, failure, observed, decided)
     return {
@@ -281,9 +281,27 @@ def _deploy_sections(deploy: t.Mapping[str, t.Any], observed: Observed) -> Repor
             "last_lines": list(wait.get("last_lines") or []),
             # the rollback start's performance canary (reported, never a failure of the rollback)
             "canary": {key: _mapping(rollback.get("canary")).get(key) for key in ("verdict", "reason", "lines", "figures", "baseline_runs")},
+            # the rollback start in the host's start history (a start of the previous configuration)
+            "history": _rollback_history(rollback.get("history")),
         },
         "traffic": _traffic(deploy.get("traffic")),
         "repairs": [_text(repair) for repair in deploy.get("repairs") or []],
+    }
+
+
+def _rollback_history(value: t.Any) -> dict[str, t.Any] | None:
+    """Whether the rollback start was recorded in the start history, on which configuration, and how it went."""
+    result = _mapping(value)
+    if not result or result.get("skipped"):
+        return None
+    if "config" not in result:
+        return {"recorded": False, "problem": _text(result.get("msg")).strip() or "the start history could not be used"}
+    return {
+        "recorded": bool(result.get("added")),
+        "config": result.get("config"),
+        "problem": result.get("problem"),
+        "start": _recorded_start(result.get("entry")),
+        "slow": list(_mapping(result.get("summary")).get("slow") or []),
     }
 
 
@@ -691,7 +709,63 @@ def history_section(observed: Observed) -> dict[str, t.Any] | None:
         "templates": _mapping(summary.get("templates")),
         "new_unrecognized": list(summary.get("new_unrecognized") or []),
         "stall_limits": _mapping(before.get("stall_limits")),
+        # added for pipelines: the recorded start, how many of its line groups are new, how it compares
+        # with the play's other hosts (set by fleet_section once their reports are in)
+        "start": _recorded_start(after.get("entry")),
+        "new_templates": sum(1 for seen in _mapping(summary.get("templates")).values() if _mapping(seen).get("status") == "new"),
+        "fleet": None,
     }
+
+
+def _recorded_start(entry: t.Any) -> dict[str, t.Any] | None:
+    """The recorded start in a few figures: its outcome, its total time (first journal line to the ready
+    marker) and each phase's duration."""
+    entry = _mapping(entry)
+    if not entry:
+        return None
+    return {"outcome": entry.get("outcome"), "total": entry.get("total"), "phases": _mapping(entry.get("phases")), "ended_in": entry.get("ended_in")}
+
+
+def _wait_history(history: dict[str, t.Any] | None, wait: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+    """The restart's history section with what the wait did with the history: the stall limit of the phase
+    it ended in (``stall_limit``, with its source) and the ETA it gave (``eta``: its baseline, the ETA at each
+    phase marker, and ``error``, how far the last one was from the ready marker, in seconds; positive is late)."""
+    if not history or "good_starts" not in history:
+        return history
+    phase = _text(wait.get("phase"))
+    limit = _mapping(_mapping(history.get("stall_limits")).get(phase))
+    eta = _mapping(wait.get("eta")) or None
+    if eta is not None:
+        given = [_mapping(mark) for mark in eta.get("given") or []]
+        ready = [step.get("started") for step in wait.get("timeline") or [] if isinstance(step, t.Mapping) and step.get("phase") == "ready"]
+        ends = given[-1].get("ends_at") if given else None
+        ready_at = ready[0] if ready and isinstance(ready[0], (int, float)) else None
+        error = round(float(ready_at) - float(ends), 1) if ready_at is not None and isinstance(ends, (int, float)) else None
+        eta = {**eta, "given": given, "ready_at": ready_at, "error": error}
+    return {**history, "stall_limit": {"phase": phase, **limit} if limit else None, "eta": eta}
+
+
+def fleet_section(report: t.Mapping[str, t.Any], reports: t.Iterable[t.Any], ratio: float = _history.DEFAULT_FLEET_RATIO) -> Report:
+    """The report with ``history.fleet``: its host's recorded start against its peers' on the same
+    configuration among ``reports`` (the play's reports so far, its own among them), from
+    ``_history.fleet_compare``; unchanged when it has no history section or too few peers."""
+    history = report.get("history")
+    if not isinstance(history, t.Mapping) or "good_starts" not in history:
+        return dict(report)
+    found = _history.fleet_compare(fleet_starts(reports), ratio).get(_text(report.get("host")))
+    return {**report, "history": {**history, "fleet": found}}
+
+
+def fleet_starts(reports: t.Iterable[t.Any]) -> dict[str, dict[str, t.Any]]:
+    """Each host's good start, recorded in its history in this run: ``{host: {"config", "total"}}`` from the
+    reports of the hosts (a start that failed, or was not recorded in this run, says nothing about a usual time)."""
+    starts: dict[str, dict[str, t.Any]] = {}
+    for report in reports:
+        history = _mapping(_mapping(report).get("history"))
+        start = _mapping(history.get("start"))
+        if history.get("recorded") and start.get("outcome") == "pass":
+            starts[_text(report.get("host"))] = {"config": history.get("config"), "total": start.get("total")}
+    return starts
 
 
 def _with_history(evidence: Report, history: t.Mapping[str, t.Any] | None) -> Report:

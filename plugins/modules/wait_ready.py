@@ -311,6 +311,15 @@ first_fatal:
       deployment, the line that came first). Null when nothing fatal was logged.
   returned: always
   type: dict
+eta:
+  description:
+    - The expected time left that the progress lines gave from O(history_starts) - C(starts) (how many good starts it
+      came from), C(low) and C(high) (their range of total times, in seconds), and C(given), the ETA at each phase as
+      the first progress line of the phase gave it (C(phase), C(at) and C(ends_at) in seconds since the wait began,
+      C(remaining) in seconds). Null without O(history_starts).
+  returned: always
+  type: dict
+  sample: {"starts": 3, "low": 11.8, "high": 12.6, "given": [{"phase": "loading_weights", "at": 1.2, "remaining": 10.4, "ends_at": 11.6}]}
 deployment:
   description: The deployment of this node.
   returned: when O(peers) was given

@@ -174,6 +174,8 @@ class Wait:
         self.ever_up = False
         self.streak = 0
         self.timeline: list[dict[str, t.Any]] = []
+        # the ETA the progress lines gave, the first one of each phase (reported with the wait's result)
+        self.eta_given: list[dict[str, t.Any]] = []
         self.progress_mark: tuple[t.Any, ...] | None = None
         self.progress_at = now
         self.soak_started: float | None = None
@@ -626,7 +628,23 @@ class Wait:
         if not self.settings.history_starts or not self.timeline or phase == "ready" or self.outcome is not None:
             return ""
         found = _history.eta(self.settings.history_starts, phase, self.elapsed() - self.timeline[-1]["started"])
-        return f", {found['text']}" if found else ""
+        if not found:
+            return ""
+        if not self.eta_given or self.eta_given[-1]["phase"] != phase:
+            at = round(self.elapsed(), 1)
+            self.eta_given.append({"phase": phase, "at": at, "remaining": found["remaining"], "ends_at": round(at + found["remaining"], 1)})
+            del self.eta_given[:-HISTORY_MAX]
+        return f", {found['text']}"
+
+    def eta_result(self) -> dict[str, t.Any] | None:
+        """The ETA the wait gave from the host's start history: the good starts it came from, their
+        range, and the ETA at each phase marker (``at``, ``remaining``, ``ends_at``, in seconds of the
+        wait); None without a history."""
+        starts = self.settings.history_starts
+        if not starts:
+            return None
+        totals = [float(entry["total"]) for entry in starts if isinstance(entry.get("total"), (int, float))]
+        return {"starts": len(starts), "low": min(totals) if totals else None, "high": max(totals) if totals else None, "given": list(self.eta_given)}
 
     def take_messages(self) -> list[str]:
         messages, self.messages = self.messages, []
@@ -688,6 +706,7 @@ class Wait:
             "unit": self.state,
             "probes": self.probes,
             "first_fatal": self.first_fatal(),
+            "eta": self.eta_result(),
         }
         if self.placeholder_health:
             result["health"]["placeholder"] = True

@@ -1,9 +1,11 @@
 """The start history on a real systemd host (issue 20): playbooks/restart_sglang.yml restarts the
 simulator several times; each start is added to /var/lib/inferops/sglang.service.history.json; after
 three good starts the wait's stall limit of weight loading is learned from them and a hang there fails
-within seconds, far below the configured limit; the progress lines carry an ETA; a warning never seen
-before is reported as new (and fails with sglang_restart_fail_on_new); a changed drop-in starts a new
-baseline; the precheck records a start it sees ended once.
+within seconds, far below the configured limit; the progress lines carry an ETA, and the one given at the
+last phase marker ends near the real end; a warning never seen before is reported as new (and fails with
+sglang_restart_fail_on_new); weight loading three times slower passes and is reported as slow; a changed
+drop-in starts a new baseline; the rollback of a failed change records its start on the previous
+configuration; the precheck records a start it sees ended once.
 
 Faults are injected with the simulator's fault file (read by the simulator, not by systemd), so that
 the unit's configuration, and with it the baseline, stays the same."""
@@ -22,8 +24,9 @@ PLAYBOOK = "playbooks/restart_sglang.yml"
 PRECHECK = "playbooks/precheck_sglang.yml"
 UNIT = "sglang.service"
 HISTORY = f"/var/lib/inferops/{UNIT}.history.json"
-# a start of about 12 s: weight loading 8 s (looks see it on a busy machine), the other phases short
-TIMES = {"SIM_START_SECONDS": "1", "SIM_LOAD_SECONDS": "8", "SIM_KV_SECONDS": "0.5", "SIM_CAPTURE_SECONDS": "1", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "4"}
+# a start of about 17 s: 6 s before weight loading and 8 s of it (the wait's first look, a few module runs
+# after the start on a busy machine, still sees the start under way), the other phases short
+TIMES = {"SIM_START_SECONDS": "6", "SIM_LOAD_SECONDS": "8", "SIM_KV_SECONDS": "0.5", "SIM_CAPTURE_SECONDS": "1", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "4"}
 # the configured stall limit is long; the learned one (1.5x ~8 s, raised to a floor of 15 s: room for a
 # slow look on a busy machine) is what catches the hang
 VARS = {**QUICK, "sglang_restart_stall_limit": 300, "sglang_restart_budget": 400, "sglang_restart_history_stall_floor": 15}
@@ -38,7 +41,7 @@ def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet
     fleet.set_scenario(host, **TIMES)
     fleet.ssh(host, f"systemctl start {UNIT}")
     for _start in range(3):
-        run = run_playbook(PLAYBOOK, extra_vars=VARS, limit=host)
+        run = run_playbook(PLAYBOOK, extra_vars={**VARS, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
         assert run.returncode == 0, run
         assert f"{host} {UNIT}: PASS (ready)" in run.output
     kept = history(fleet, host)
@@ -48,8 +51,17 @@ def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet
     assert kept["starts"][-1]["model"] == "/models/DeepSeek-R1"
     # the allowlisted CUTE_DSL warning of every rank: one template, seen in each start
     assert all(any("package walk" in name for name in start["templates"]) for start in kept["starts"])
-    # the third start already had an ETA from the first two (shown while its weights loaded)
-    assert re.search(r"loading weights.*, about \S+ left \(last 2 good starts: ", run.output), run.output[-6000:]
+    # the third start already had an ETA from the first two (shown while it was under way)
+    assert re.search(r"elapsed, about \S+ left \(last 2 good starts: ", run.output), run.output[-6000:]
+    # the ETA given at the last phase marker before ready against the real end: within 50% of the time to
+    # ready or 10 s, whichever is larger (the report keeps each ETA given and the ready marker's time)
+    eta = json.loads((tmp_path / f"{host}.json").read_text())["history"]["eta"]
+    assert eta["starts"] == 2 and eta["given"], eta
+    last, ready_at = eta["given"][-1], eta["ready_at"]
+    bound = max(10.0, 0.5 * ready_at)
+    given = f"ETA at the {last['phase']} marker ({last['at']} s into the wait): ready at {last['ends_at']} s"
+    print(f"{given}; ready marker at {ready_at} s (error {eta['error']} s, bound {bound} s)")
+    assert abs(eta["error"]) <= bound, eta
 
     # a warning never seen before: reported as new, and with fail_on_new the run fails (the start is kept
     # as failed: the same warning is not taken for a known one next time)
@@ -72,6 +84,19 @@ def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet
     assert report["elapsed"] < 150, report["elapsed"]
     assert [start["outcome"] for start in history(fleet, host)["starts"]][-1] == "fail"
 
+    # weight loading three times slower than in the good starts: the start passes (the default floor of
+    # the learned limit, 60 s: the loading bar reaches the journal only when it ends) and is reported as slow
+    fleet.set_fault(host, SIM_LOAD_SECONDS=str(3 * float(TIMES["SIM_LOAD_SECONDS"])))
+    slow_vars = {key: value for key, value in VARS.items() if key != "sglang_restart_history_stall_floor"}
+    run = run_playbook(PLAYBOOK, extra_vars={**slow_vars, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
+    assert run.returncode == 0 and f"{host} {UNIT}: PASS (ready)" in run.output, run
+    assert re.search(r"slow: loading weights took [23]\.\dx its usual \d+s", run.output), run.output[-6000:]
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    (slow,) = [item for item in report["history"]["slow"] if item["phase"] == "loading_weights"]
+    print(f"slow start: {slow['text']} ({slow['seconds']} s)")
+    assert 2.4 <= slow["ratio"] <= 3.6, slow
+    assert report["history"]["stall_limits"]["loading_weights"]["source"] == "learned"
+
     # a changed drop-in: a new baseline, the configured limits again
     fleet.set_fault(host)
     dropin = "[Service]\nEnvironment=SIM_MODEL=/models/DeepSeek-R1-0528\n"
@@ -81,6 +106,20 @@ def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet
     assert report["history"]["stall_limits"]["loading_weights"]["source"] == "default"
     assert "about" not in " ".join(line for line in run.output.splitlines() if "elapsed" in line)
     assert history(fleet, host)["starts"][-1]["model"] == "/models/DeepSeek-R1-0528"
+
+    # a change that fails is rolled back: the rollback's start is a start of the previous configuration,
+    # recorded with its fingerprint (the failed start with the new one)
+    previous = history(fleet, host)["starts"][-1]["config"]
+    crash = "[Service]\nEnvironment=SIM_SCENARIO=crash\n"
+    run = run_playbook(PLAYBOOK, extra_vars={**VARS, "sglang_restart_dropin_content": crash, "sglang_restart_report_dir": str(tmp_path)}, limit=host)
+    assert run.returncode != 0, run
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    assert report["state"] == "rolled_back" and report["rollback"]["verdict"] == "pass", report["rollback"]
+    assert report["rollback"]["history"]["recorded"] and report["rollback"]["history"]["config"] == previous
+    failed, rolled_back = history(fleet, host)["starts"][-2:]
+    assert (failed["outcome"], rolled_back["outcome"]) == ("fail", "pass")
+    assert failed["config"] != previous and rolled_back["config"] == previous
+    assert rolled_back["invocation_id"] == report["rollback"]["invocation_id"]
 
     # the precheck records the running start only if it is not in the history yet
     starts = len(history(fleet, host)["starts"])

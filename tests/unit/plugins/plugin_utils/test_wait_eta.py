@@ -50,3 +50,33 @@ def test_without_a_history_the_progress_line_is_as_before() -> None:
     wait.observe(target.probe(LOADING), clock())
     (shown,) = wait.take_messages()
     assert shown == "gpu1: sglang.service loading weights, 5s elapsed, 4 lines allowlisted"
+
+
+def test_the_wait_result_keeps_the_eta_given_at_each_phase_marker() -> None:
+    clock, target = Clock(), Target()
+    starts = good_starts()
+    wait = new_wait(clock, heartbeat=30, stall_limit=1000, history_starts=starts)
+    wait.begin()
+    clock.now += 5
+    wait.observe(target.probe(LOADING), clock())
+    clock.now += 10
+    wait.observe(target.probe(LOADING + 1), clock())  # the same phase: no new mark
+    clock.now += 30
+    wait.observe(target.probe(CAPTURING), clock())
+    eta = wait.result()["eta"]
+    assert (eta["starts"], eta["low"], eta["high"]) == (3, min(s["total"] for s in starts), max(s["total"] for s in starts))
+    assert [mark["phase"] for mark in eta["given"]] == ["loading_weights", wait.total["phase"]]
+    first, last = eta["given"]
+    assert (first["at"], last["at"]) == (5.0, 45.0)
+    # each mark: when it was given, what was left, and so when the start was expected to be ready
+    assert all(mark["ends_at"] == round(mark["at"] + mark["remaining"], 1) for mark in eta["given"])
+    assert first["remaining"] > last["remaining"] > 0
+
+
+def test_without_a_history_the_wait_gives_no_eta() -> None:
+    clock, target = Clock(), Target()
+    wait = new_wait(clock)
+    wait.begin()
+    clock.now += 5
+    wait.observe(target.probe(LOADING), clock())
+    assert wait.result()["eta"] is None
