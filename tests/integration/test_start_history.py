@@ -126,3 +126,27 @@ def test_three_good_starts_teach_the_limits_the_eta_and_what_is_new(fleet: Fleet
     run = run_playbook(PRECHECK, limit=host)
     assert run.returncode == 0, run
     assert len(history(fleet, host)["starts"]) == starts
+
+
+def test_the_end_of_the_play_names_a_host_much_slower_than_its_peers(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """Three hosts on the same configuration, one loading its weights several times longer: the fleet
+    summary at the end of the rolling play names that host against the median of its two peers, and
+    only that host."""
+    assert len(hosts) >= 3, "needs 3 hosts"
+    slow = hosts[2]
+    quick = {**TIMES, "SIM_START_SECONDS": "1", "SIM_LOAD_SECONDS": "2"}
+    for name in hosts[:3]:
+        fleet.set_scenario(name, **quick)
+    # the slow weight loading through the fault file: the unit's configuration (with its environment file) stays the peers'
+    fleet.set_fault(slow, SIM_LOAD_SECONDS="16")
+    for name in hosts[:3]:
+        fleet.ssh(name, f"systemctl start {UNIT}")
+    extra = {**VARS, "sglang_restart_report_dir": str(tmp_path), "sglang_batch_size": 2}
+    run = run_playbook(PLAYBOOK, extra_vars=extra, limit=",".join(hosts[:3]))
+    assert run.returncode == 0, run
+    named = re.findall(r"slower than its peers: (\S+): start took \S+, ([\d.]+)x the median of its 2 peers on the same configuration", run.flat)
+    # named in the end-of-play summary and in its own summary, the peers nowhere
+    assert {name for name, _ratio in named} == {slow} and len(named) == 2, run.output[run.output.find("fleet: ") :][:3000]
+    assert all(float(ratio) >= 2.0 for _name, ratio in named), named
+    recorded = json.loads((tmp_path / f"{slow}.json").read_text())["history"]["start"]
+    assert recorded["outcome"] == "pass", recorded
