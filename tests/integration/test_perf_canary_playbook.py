@@ -22,6 +22,7 @@ UNIT = "sglang.service"
 DROPIN_DIR = f"/etc/systemd/system/{UNIT}.d"
 DROPIN = f"{DROPIN_DIR}/50-inferops-deploy.conf"
 STORE = f"/var/lib/inferops/{UNIT}.canary.json"
+HEALTH_GENERATE = "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30000/health_generate\", timeout=5)'"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "2"}
 GOOD_DROPIN = "[Service]\nEnvironment=SIM_TOKENS_PER_SECOND=200 SIM_TTFT_SECONDS=0.2\n"
 SLOW_DROPIN = "[Service]\nEnvironment=SIM_TOKENS_PER_SECOND=20 SIM_TTFT_SECONDS=0.2\n"
@@ -106,6 +107,8 @@ def test_the_precheck_measures_the_server_in_service_against_the_baseline(fleet:
     fleet.ssh(host, f"rm -f {STORE} {STORE}.unusable")
     fleet.set_scenario(host, **FAST)
     fleet.ssh(host, f"mkdir -p {DROPIN_DIR} && printf %s {shlex.quote(GOOD_DROPIN)} > {DROPIN} && systemctl daemon-reload && systemctl start {UNIT}")
+    # a server in service: its start over and generating (a precheck of a start under way fails, as it should)
+    fleet.wait_for(host, HEALTH_GENERATE)
     try:
         # no baseline yet: inconclusive, and a canary of a server in service does not start one
         code, data, out = precheck(run_playbook, host, tmp_path / "first")
@@ -126,7 +129,7 @@ def test_the_precheck_measures_the_server_in_service_against_the_baseline(fleet:
 
         # the server restarted by hand ten times slower: still healthy, but the precheck fails it
         fleet.ssh(host, f"printf %s {shlex.quote(SLOW_DROPIN)} > {DROPIN} && systemctl daemon-reload && systemctl restart {UNIT}")
-        fleet.wait_for(host, "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30000/health_generate\", timeout=5)'")
+        fleet.wait_for(host, HEALTH_GENERATE)
         code, data, out = precheck(run_playbook, host, tmp_path / "slow")
         canary = data["canary"]
         assert isinstance(canary, dict)
