@@ -102,6 +102,16 @@ class LoadSpec(t.NamedTuple):
     prompt_tokens: int = 512
     max_tokens: int = 128
     timeout: float = 120.0  # seconds one request may take, whole
+    warmup: int | None = None  # unmeasured requests sent first; None: one round (concurrency)
+
+
+# The first requests after a start pay one-time costs (kernels chosen and compiled for the batch's
+# shapes, allocator pools grown): a canary measured from them judges the start, not the server.
+WARMUP_MAX_TOKENS = 16
+
+
+def warmup_requests(spec: LoadSpec) -> int:
+    return min(spec.concurrency, spec.requests) if spec.warmup is None else spec.warmup
 
 
 def check_spec(spec: LoadSpec) -> None:
@@ -109,6 +119,8 @@ def check_spec(spec: LoadSpec) -> None:
         value = getattr(spec, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise CanaryError(f"{name} must be an integer >= 1, got {value!r}")
+    if spec.warmup is not None and (not isinstance(spec.warmup, int) or isinstance(spec.warmup, bool) or spec.warmup < 0):
+        raise CanaryError(f"warmup must be an integer >= 0, got {spec.warmup!r}")
     if not spec.timeout > 0:
         raise CanaryError(f"timeout must be a number of seconds > 0, got {spec.timeout!r}")
 
@@ -276,31 +288,16 @@ def run_load(
     target = _Target(url, api_key, spec.timeout)
     if not model:
         model = served_model(url, api_key, min(spec.timeout, 30.0))
+    warmup = warmup_requests(spec)
+    warmup_spec = spec._replace(max_tokens=min(spec.max_tokens, WARMUP_MAX_TOKENS))
+    warmup_started = clock()
+    warmed = _streams(target, model, range(spec.requests, spec.requests + warmup), warmup_spec, clock)
+    warmup_seconds = clock() - warmup_started
     before = _scrape(target) if metrics else None
-    samples: list[dict[str, t.Any] | None] = [None] * spec.requests
-    next_index = iter(range(spec.requests))
-    lock = threading.Lock()
-
-    def worker() -> None:
-        while True:
-            with lock:
-                index = next(next_index, None)
-            if index is None:
-                return
-            try:
-                samples[index] = stream_one(target, model, index, spec, clock)
-            except Exception as exc:  # a bug must not hang the load: counted as an error
-                samples[index] = {"index": index, "ok": False, "error": f"{type(exc).__name__}: {exc}", "tokens": 0, "itl_s": []}
-
-    started = clock()
-    threads = [threading.Thread(target=worker, name=f"canary-{n}", daemon=True) for n in range(min(spec.concurrency, spec.requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    started, started_at = clock(), time.time()
+    done = _streams(target, model, range(spec.requests), spec, clock)
     wall = clock() - started
     after = _scrape(target) if metrics else None
-    done = [sample for sample in samples if sample is not None]
     figures = aggregate(done, wall)
     server = server_figures(before, after, engine) if before is not None and after is not None else None
     return {
@@ -310,7 +307,43 @@ def run_load(
         "figures": figures,
         "server": server,
         "samples": done,
+        "started_at": round(started_at, 3),
+        "warmup": {
+            "requests": warmup,
+            "ok_requests": sum(1 for sample in warmed if sample.get("ok")),
+            "max_tokens": warmup_spec.max_tokens,
+            "seconds": round(warmup_seconds, 4),
+        },
     }
+
+
+def _streams(
+    target: _Target, model: str, indices: t.Sequence[int], spec: LoadSpec, clock: t.Callable[[], float]
+) -> list[dict[str, t.Any]]:
+    """One streaming request per index, ``spec.concurrency`` at once; the samples in index order."""
+    samples: dict[int, dict[str, t.Any]] = {}
+    pending = iter(indices)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                index = next(pending, None)
+            if index is None:
+                return
+            try:
+                sample = stream_one(target, model, index, spec, clock)
+            except Exception as exc:  # a bug must not hang the load: counted as an error
+                sample = {"index": index, "ok": False, "error": f"{type(exc).__name__}: {exc}", "tokens": 0, "itl_s": []}
+            with lock:
+                samples[index] = sample
+
+    threads = [threading.Thread(target=worker, name=f"canary-{n}", daemon=True) for n in range(min(spec.concurrency, len(indices)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [samples[index] for index in indices if index in samples]
 
 
 def aggregate(samples: t.Sequence[t.Mapping[str, t.Any]], wall_seconds: float) -> Figures:

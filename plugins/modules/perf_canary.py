@@ -69,6 +69,12 @@ options:
     description: Seconds one request may take, whole.
     type: float
     default: 120.0
+  warmup:
+    description:
+      - Requests sent first, at the same concurrency, generating at most 16 tokens each, and not measured - the first
+        requests after a start pay one-time costs (kernels chosen for the batch's shapes, memory pools grown) that
+        would be judged as the server's speed. One round (O(concurrency) requests) when omitted; C(0) sends none.
+    type: int
   server_metrics:
     description: Read the server's own TTFT and ITL from C(/metrics) before and after the load.
     type: bool
@@ -207,6 +213,12 @@ canary:
       description: Every request, with its TTFT and token gaps.
       type: list
       elements: dict
+    warmup:
+      description: The unmeasured requests sent before the load (O(warmup)) - C(requests), C(ok_requests), C(max_tokens), C(seconds).
+      type: dict
+    started_at:
+      description: When the measured load began (seconds since the epoch); the journal is read from there.
+      type: float
     model:
       description: The model the load named.
       type: str
@@ -232,7 +244,6 @@ set_aside:
 """
 
 import platform  # noqa: E402
-import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -280,6 +291,7 @@ def main() -> None:
             "prompt_tokens": {"type": "int", "default": 512, "no_log": False},
             "max_tokens": {"type": "int", "default": 128, "no_log": False},
             "timeout": {"type": "float", "default": 120.0},
+            "warmup": {"type": "int"},
             "server_metrics": {"type": "bool", "default": True},
             "thresholds": {"type": "dict", "default": {}},
             "floors": {"type": "dict", "default": {}},
@@ -300,7 +312,7 @@ def main() -> None:
         store = _canary.store_path(params["unit"], params["state_dir"])
         thresholds = _canary.parse_thresholds(params["thresholds"])
         floors = _canary.parse_floors(params["floors"])
-        spec = _canary.LoadSpec(params["requests"], params["concurrency"], params["prompt_tokens"], params["max_tokens"], params["timeout"])
+        spec = _canary.LoadSpec(params["requests"], params["concurrency"], params["prompt_tokens"], params["max_tokens"], params["timeout"], params["warmup"])
         _canary.check_spec(spec)
         _canary.loopback_target(params["url"])
     except (_canary.CanaryError, _run_record.RecordError) as exc:
@@ -313,12 +325,11 @@ def main() -> None:
     if module.check_mode:
         skipped: dict[str, object] = {"verdict": "skipped", "reason": "check mode: no load sent", "lines": [], "host": host, "hardware": hardware}
         module.exit_json(changed=False, canary=skipped, store=store, problem=problem, set_aside=None)
-    started = time.time()
     try:
         run = _canary.run_load(params["url"], spec, params["api_key"], params["model"], params["engine"], params["server_metrics"])
     except _canary.CanaryError as exc:
         module.fail_json(msg=f"perf_canary: the canary cannot run: {exc}", store=store, problem=problem)
-    run["journal"] = read_journal(module, params["unit"], started) if params["journal"] else None
+    run["journal"] = read_journal(module, params["unit"], run["started_at"]) if params["journal"] else None
     verdict = _canary.judge(
         run["figures"],
         history,

@@ -6,6 +6,7 @@ nothing for long for hung: the events must keep coming, never more than 30 s apa
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from tests.integration.conftest import REPO, RunRunner
 
 UNIT = "sglang.service"
 LONGEST_SILENCE = 30.0
+ELAPSED = re.compile(r", (?:\d+m)?\d+s elapsed.*")
 # the KV cache phase: 0.6 of it silent, a line, 0.4 silent (tests/harness/simulator/sglang_sim.py)
 LONG_START = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_KV_SECONDS": "70"}
 
@@ -53,5 +55,10 @@ def test_heartbeat_keeps_runner_events_under_30s_apart(fleet: Fleet, host: str, 
     )
     assert waited > 2 * LONGEST_SILENCE, "the cold start was too short to need a heartbeat"
     assert max(gaps) < LONGEST_SILENCE, [round(g, 1) for g in gaps]
-    heartbeats = [e["stdout"] for e in during if "allocating kv cache" in (e.get("stdout") or "")]
-    assert len(heartbeats) >= 2, heartbeats
+    # the KV cache phase is known by its first line (0.6 of it in): until then the wait shows the
+    # end of weight loading, and only the heartbeat repeats it
+    lines = [str(e["stdout"]) for e in during if str(e.get("stdout") or "").startswith(f"{host}: {UNIT} ")]
+    statuses = [ELAPSED.sub("", line) for line in lines]
+    silent = (f"{UNIT} loading weights", f"{UNIT} allocating kv cache")
+    heartbeats = [line for line, before, status in zip(lines[1:], statuses, statuses[1:]) if status == before and any(s in status for s in silent)]
+    assert heartbeats and all("elapsed" in line for line in lines), lines

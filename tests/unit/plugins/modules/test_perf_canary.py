@@ -50,10 +50,15 @@ def test_a_baseline_then_a_pass_then_a_slower_server_fails(fast_sim: SimProcess,
     first = run_module(canary_args(fast_sim, tmp_path, run_id="run-1"), tmp_path)
     assert first["canary"]["verdict"] == "inconclusive" and first["changed"] is True, first
     assert first["canary"]["becomes_baseline"] is True
+    warmup = first["canary"]["warmup"]  # one round at the canary's concurrency, short, not measured
+    assert (warmup["requests"], warmup["ok_requests"], warmup["max_tokens"]) == (4, 4, 16), warmup
+    assert [sample["index"] for sample in first["canary"]["samples"]] == list(range(8))
+    assert first["canary"]["server"]["ttft"]["count"] == 8, first["canary"]["server"]  # the server's own figures leave it out too
     assert first["store"] == str(tmp_path / "sglang.service.canary.json") and first["problem"] is None
     assert SIM_KEY not in json.dumps(first)
-    second = run_module(canary_args(fast_sim, tmp_path, engine="sglang"), tmp_path)
+    second = run_module(canary_args(fast_sim, tmp_path, engine="sglang", warmup=0), tmp_path)
     assert second["canary"]["verdict"] == "pass", second["canary"]["lines"]
+    assert second["canary"]["warmup"]["requests"] == 0
     assert second["canary"]["server"]["ttft"]["count"] == 8
     slow = run_module(canary_args(slow_sim, tmp_path, engine="vllm"), tmp_path)
     assert slow["canary"]["verdict"] == "fail", slow["canary"]["lines"]
