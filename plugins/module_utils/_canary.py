@@ -317,9 +317,7 @@ def run_load(
     }
 
 
-def _streams(
-    target: _Target, model: str, indices: t.Sequence[int], spec: LoadSpec, clock: t.Callable[[], float]
-) -> list[dict[str, t.Any]]:
+def _streams(target: _Target, model: str, indices: t.Sequence[int], spec: LoadSpec, clock: t.Callable[[], float]) -> list[dict[str, t.Any]]:
     """One streaming request per index, ``spec.concurrency`` at once; the samples in index order."""
     samples: dict[int, dict[str, t.Any]] = {}
     pending = iter(indices)
