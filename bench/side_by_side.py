@@ -833,6 +833,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--stall-limit", type=int, help="ours' stall limit in seconds (default 20: size it to the start)")
     parser.add_argument("--budget", type=int, help="the budget of all three in seconds (default 75)")
     parser.add_argument("--cost-start", type=float, help="seconds of the cost runs' simulated cold start (default 10)")
+    parser.add_argument("--cost-only", action="store_true", help="the cost runs alone (no verdicts, journal, classifier): waiting through a long start")
     parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured in a fourth column")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's output and timeline (their directory is printed)")
     args = parser.parse_args(argv)
@@ -904,15 +905,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         with load, fleet_for(max(len(scenarios), *settings.sizes), args.reuse_fleet) as fleet:
             bench = Bench(fleet, settings, workdir)
             try:
-                runs = measure_verdicts(bench, fleet.hosts[: len(scenarios)], figures)
+                runs = [] if args.cost_only else measure_verdicts(bench, fleet.hosts[: len(scenarios)], figures)
                 only_ok = settings.scenario_list() == [OK] and settings.speed == settings.cost_speed
                 reusable = [run for run in runs if only_ok and len(run.hosts) in settings.sizes]
                 measure_cost(bench, fleet.hosts[: max(settings.sizes)], figures, reusable)
-                measure_journal(bench, fleet.hosts[0], figures)
+                if not args.cost_only:
+                    measure_journal(bench, fleet.hosts[0], figures)
             finally:
                 for host in fleet.hosts:
                     fleet.reset(host)
-        classify_text = classify_bench(settings.classify_lines)
+        classify_text = "not run (--cost-only)" if args.cost_only else classify_bench(settings.classify_lines)
     except BaseException:
         progress(f"failed; the runs' logs are kept in {workdir}")
         raise
