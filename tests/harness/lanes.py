@@ -8,9 +8,10 @@
   in each module, in the order collected, every other test (a parametrized test's cases one by one)
   runs on one and the others on the other, so each version runs half of every module's tests and
   together they run all. The oldest takes each module's first test, so the odd test out of a module
-  too: the newest also runs the pure core's unit tests (when it took the odd tests out as well, it ran
-  16 minutes longer than the oldest; shared out module by module, still 6). The tests marked ``every_version`` (the ones whose subject is
-  what differs between ansible-core versions) run on both. A test is two to eight real playbook
+  too: the newest also runs the pure core's unit tests (when it took the odd tests out as well, it
+  ran 16 minutes longer than the oldest; shared out module by module, still 6). The tests marked
+  ``every_version`` (the ones whose subject is what differs between ansible-core versions) run on
+  both. A test is two to eight real playbook
   runs against real systemd hosts: running each on both doubled the suite's time without testing
   another code path.
 """
