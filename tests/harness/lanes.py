@@ -11,9 +11,8 @@
   too: the newest also runs the pure core's unit tests (when it took the odd tests out as well, it
   ran 16 minutes longer than the oldest; shared out module by module, still 6). The tests marked
   ``every_version`` (the ones whose subject is what differs between ansible-core versions) run on
-  both. A test is two to eight real playbook
-  runs against real systemd hosts: running each on both doubled the suite's time without testing
-  another code path.
+  both. A test is two to eight real playbook runs against real systemd hosts: running each on both
+  doubled the suite's time without testing another code path.
 """
 
 from __future__ import annotations
