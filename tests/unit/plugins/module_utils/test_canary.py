@@ -465,9 +465,17 @@ def test_the_load_goes_to_loopback_only(url: str) -> None:
         _canary.run_load(url, SPEC, model="m")
 
 
-def test_a_bad_load_spec_is_refused() -> None:
-    with pytest.raises(_canary.CanaryError, match="concurrency must be an integer >= 1"):
-        _canary.run_load("http://127.0.0.1:1", SPEC._replace(concurrency=0), model="m")
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be an integer >= 1"),
+        ({"warmup": -1}, "warmup must be an integer >= 0, got -1"),
+        ({"warmup": True}, "warmup must be"),
+    ],
+)
+def test_a_bad_load_spec_is_refused(change: dict[str, object], message: str) -> None:
+    with pytest.raises(_canary.CanaryError, match=message):
+        _canary.run_load("http://127.0.0.1:1", SPEC._replace(**change), model="m")
 
 
 def test_a_refused_connection_is_an_error_of_each_request() -> None:
