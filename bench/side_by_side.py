@@ -121,10 +121,12 @@ class Settings:
     journal_entries: int = 1_000_000
     classify_lines: int | None = None  # None: classify_bench.py's own default
     before: Path | None = None  # another checkout of this collection, measured beside this one
+    only: tuple[str, ...] = ()  # the tools measured (empty: all)
 
     @property
     def tools(self) -> tuple[str, ...]:
-        return (*TOOLS, "before") if self.before else TOOLS
+        tools = (*TOOLS, "before") if self.before else TOOLS
+        return tuple(tool for tool in tools if tool in self.only) if self.only else tools
 
     def checkout(self, tool: str) -> Path:
         """Where a tool's playbook, ansible.cfg and collection come from."""
@@ -836,6 +838,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--cost-only", action="store_true", help="the cost runs alone (no verdicts, journal, classifier): waiting through a long start")
     parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured in a fourth column")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's output and timeline (their directory is printed)")
+    parser.add_argument("--tools", help=f"comma-separated tools to measure (default all: {', '.join(TOOLS)}, and before with --before)")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
     changes: dict[str, object] = {}
@@ -865,6 +868,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         if args.cost_start <= 0:
             parser.error("--cost-start must be more than 0 seconds")
         changes["cost_speed"] = args.cost_start / 20
+    if args.tools:
+        changes["only"] = tuple(name.strip() for name in args.tools.split(",") if name.strip())
+        unknown = sorted(set(changes["only"]) - {*TOOLS, "before"})  # type: ignore[call-overload]
+        if unknown or not changes["only"]:
+            parser.error(f"--tools: {', '.join(unknown) or 'none given'}; known: {', '.join(TOOLS)}, before")
     if args.before is not None:
         if not (args.before / "bench" / "ours_restart.yml").is_file():
             parser.error(f"--before: {args.before} is not a checkout of this collection (no bench/ours_restart.yml)")

@@ -115,10 +115,11 @@ class Transport:
             display.vvv(f"wait_ready: connection reset failed: {exc}", host=self.wait.settings.host)
 
 
-BOOT = """import os, sys, zipfile
+BOOT = """import os, sys
 bundle = sys.argv[1]
 lib = bundle[:-4]
 if not os.path.isdir(lib):
+    import zipfile
     zipfile.ZipFile(bundle).extractall(lib + ".part")
     os.rename(lib + ".part", lib)
 sys.path.insert(0, lib)

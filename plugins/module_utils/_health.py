@@ -13,14 +13,15 @@ was accepted, ``status`` the HTTP status (None without an answer), ``error`` a s
 
 from __future__ import annotations
 
-import http.client
 import socket
-import ssl
 import time
 import typing as t
 import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import HealthResult
+
+if t.TYPE_CHECKING:
+    import http.client
 
 DEFAULT_TIMEOUT = 30.0
 MAX_BODY = 4096
@@ -55,6 +56,11 @@ def probe(
     clock: t.Callable[[], float] = time.monotonic,
 ) -> HealthResult:
     """GET the URL once and say what happened; never raises for network trouble."""
+    # imported here: a look at a server whose port is still closed (most looks of a cold start)
+    # never probes, and http.client with ssl is a third of the look's start-up on the target
+    import http.client
+    import ssl
+
     scheme, host, port, path = split_url(url)
     started = clock()
     result: HealthResult = {"url": url, "up": False, "status": None, "error": None, "seconds": 0.0}

@@ -21,7 +21,6 @@ import os.path
 import typing as t
 import urllib.parse
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._canary import CanaryError, loopback_target, parse_floors, parse_thresholds
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
@@ -383,6 +382,9 @@ def check_role_values(
 def canary_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
     """The canary's thresholds and floors (whether or not it is on), and, when it is on, a server it may load:
     the health URL's, on loopback (the canary never sends its load across the network)."""
+    # imported here: the canary's HTTP client is no part of a wait's looks, which import these options
+    from ansible_collections.inferops.runbooks.plugins.module_utils._canary import CanaryError, loopback_target, parse_floors, parse_thresholds
+
     problems = []
     if isinstance(values.get("canary_thresholds"), t.Mapping):
         try:

@@ -46,6 +46,9 @@ JOURNALD_LAG = 0.3  # a dying process's last lines reach the journal a moment af
 TRACEBACK_SETTLE = 0.8  # an open traceback is given this long to be written whole
 FATAL_SETTLE = 0.3  # after a fatal line, the other ranks' copies follow within this
 HEALTH_FRESH = 1.0  # an answer younger than this is the call's last one: no second probe at the end
+# while the server keeps giving the same answer short of 200 (warming up: 503, or no answer in time),
+# the time between probes doubles with each, up to this; a different answer ends the look
+HEALTH_SLOWEST = 5.0
 MAX_FATAL_TIMES = 1000
 
 
@@ -200,6 +203,7 @@ class HealthPacer:
         self.known: str | None = params["health_known"]
         self.history: list[HealthResult] = []
         self.at: float | None = None  # when the last probe ended
+        self.pace = self.every  # until the next probe
         self.successes = 0
 
     def active(self, phase: int) -> bool:
@@ -210,13 +214,15 @@ class HealthPacer:
     def due_in(self, phase: int) -> float:
         if not self.active(phase):
             return float("inf")
-        return 0.0 if self.at is None else max(self.at + self.every - time.monotonic(), 0.0)
+        return 0.0 if self.at is None else max(self.at + self.pace - time.monotonic(), 0.0)
 
     def take(self) -> bool:
         """One probe; whether it ends the watch (a different answer, or the successes needed)."""
         before = health_key(self.history[-1]) if self.history else self.known
         result = self.probe()
         self.successes = self.successes + 1 if result.get("status") == 200 else 0
+        same = health_key(result) == before and result.get("status") != 200
+        self.pace = min(self.pace * 2, max(self.every, HEALTH_SLOWEST)) if same else self.every
         return health_key(result) != before or (self.needed > 0 and self.successes >= self.needed)
 
     def probe(self) -> HealthResult:

@@ -484,18 +484,16 @@ class RuleSet:
         self._unworded = tuple(index for index, rule in enumerate(rules) if rule.literals is None)
         rule_words = {word for rule in rules for word in rule.literals or ()}
         source, groups = word_search_source(rule_words | set(LEVEL_WORDS) | set(STRUCTURE_WORDS))
-        self._word_search = re.compile(source)
+        self._word_search_source = source
+        self._word_search: t.Pattern[str] | None = None  # compiled when first needed (a look may need none)
         # where a line can hold nothing but information unless one of these is found in it; None
         # when some rule can match a line without any word (then every line is looked at)
         self.line_search: t.Pattern[bytes] | None = None
-        # the same search for journalctl --grep (PCRE2), None when it cannot stand for the line search
-        self.grep_pattern: str | None = None
-        if all(rule.literals is not None or rule.needs_level for rule in rules):
+        self.searchable = all(rule.literals is not None or rule.needs_level for rule in rules)
+        if self.searchable:
             self.line_search = re.compile(source.encode("latin-1"))
-            # a line whose only words are those of rules of class info (an HTTP access line) is
-            # information whichever of them matches: journalctl need not hand it over
-            grep_words = {word for rule in rules if rule.rule_class != "info" for word in rule.literals or ()}
-            self.grep_pattern = grep_pattern_source(grep_search_source(grep_words | set(LEVEL_WORDS) | set(STRUCTURE_WORDS)))
+        self._grep_pattern: str | None = None
+        self._grep_built = False
         # a character the search stops at -> the words looked for from it, each with its rules
         self._words_at: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         for anchor, group in groups.items():
@@ -505,6 +503,18 @@ class RuleSet:
         # the searched words that hold digits, digits masked: two lines of one digit-masked shape
         # hold the same words, unless one of these is in the shape
         self.digit_words = tuple(sorted({word.translate(_ZERO_DIGITS).encode("latin-1") for word in groups_words(groups) if any(c.isdigit() for c in word)}))
+
+    @property
+    def grep_pattern(self) -> str | None:
+        """The line search for journalctl --grep (PCRE2), None when it cannot stand for the line
+        search. Built when first asked for: only a precheck's read of the journal needs it."""
+        if not self._grep_built and self.searchable:
+            self._grep_built = True
+            # a line whose only words are those of rules of class info (an HTTP access line) is
+            # information whichever of them matches: journalctl need not hand it over
+            grep_words = {word for rule in self.rules if rule.rule_class != "info" for word in rule.literals or ()}
+            self._grep_pattern = grep_pattern_source(grep_search_source(grep_words | set(LEVEL_WORDS) | set(STRUCTURE_WORDS)))
+        return self._grep_pattern
 
     def shape_is_ambiguous(self, masked_line: str) -> bool:
         """True when a digit-sensitive rule might match some line of this digit-masked shape,
@@ -538,6 +548,8 @@ class RuleSet:
         lowered = message.lower()
         found = set(self._unworded)
         if anchors is None:
+            if self._word_search is None:
+                self._word_search = re.compile(self._word_search_source)
             groups = [self._words_at[anchor] for anchor in set(self._word_search.findall(lowered))]
         else:
             groups = [self._words_at_byte[anchor] for anchor in anchors]

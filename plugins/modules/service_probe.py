@@ -71,6 +71,8 @@ options:
       - With O(health_url), also probe health every this many seconds while watching, once the server's port
         is open (O(health_known) is an answer, or the journal shows it warming up or ready); the call then
         returns as soon as an answer differs from the one before it (or from O(health_known)).
+      - While the answer stays the same and is not 200 (a server warming up answers 503, or not in time), the
+        time between probes doubles with each, up to 5 seconds (or O(health_every) when longer).
       - V(0) probes health once, at the end of the call.
     type: float
     default: 0

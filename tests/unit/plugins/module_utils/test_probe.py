@@ -60,6 +60,15 @@ def test_the_look_ends_at_a_different_answer_or_the_successes_needed(monkeypatch
     assert [answer["status"] for answer in paced.history] == [503, 503, 200, 200]
 
 
+def test_the_same_answer_short_of_200_slows_the_pace_and_any_other_answer_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    paced = pacer(monkeypatch, [503, 503, 503, 503, 503, None, 200, 200], health_known="503")
+    paces = []
+    for _answer in range(8):
+        paced.take()
+        paces.append(paced.pace)
+    assert paces == [2.0, 4.0, _probe.HEALTH_SLOWEST, _probe.HEALTH_SLOWEST, _probe.HEALTH_SLOWEST, 1.0, 1.0, 1.0]
+
+
 def test_in_the_soak_only_a_different_answer_ends_the_look(monkeypatch: pytest.MonkeyPatch) -> None:
     paced = pacer(monkeypatch, [200, 200, 200, 503], health_known="200", health_early=False)
     assert [paced.take() for _answer in range(4)] == [False, False, False, True]
