@@ -78,6 +78,8 @@ WARM = {"SIM_SPEED": "0.05", "SIM_TP": "8"}
 JOURNAL_UNIT = "bench-journal.service"
 MARK_BEGIN = "<!-- side_by_side:begin -->"
 MARK_END = "<!-- side_by_side:end -->"
+# --cost-only writes its own section (the cost of waiting through a long start), beside the full run's
+COST_MARKS = ("<!-- side_by_side_waiting:begin -->", "<!-- side_by_side_waiting:end -->")
 MIB = 1024.0
 
 
@@ -730,7 +732,8 @@ def cell(figures: Figures, row: str, tool: str, settings: Settings) -> str:
         counts: dict[str, int] = {}
         for text in notes:
             counts[text] = counts.get(text, 0) + 1
-        return "; ".join(f"{text}: {count}" for text, count in sorted(counts.items())) or "none"
+        judged = figures.samples.get(ROW_RIGHT.format(n=len(settings.scenario_list())), {}).get(tool)
+        return "; ".join(f"{text}: {count}" for text, count in sorted(counts.items())) or ("none" if judged else "-")
     samples = figures.samples.get(row, {}).get(tool, [])
     spread = Spread.of(samples)
     if spread is None:
@@ -749,7 +752,9 @@ def table(figures: Figures, settings: Settings) -> str:
     tools = settings.tools
     lines = ["| Figure | " + " | ".join(TITLES[t] for t in tools) + " |", "|---|" + "---|" * len(tools)]
     for row in row_order(settings):
-        lines.append(f"| {row} | " + " | ".join(cell(figures, row, t, settings) for t in tools) + " |")
+        cells = [cell(figures, row, t, settings) for t in tools]
+        if any(text != "-" for text in cells):  # a row nothing measured (verdicts in a --cost-only run) is left out
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -780,15 +785,17 @@ def memory_detail(figures: Figures, settings: Settings) -> str:
     return "\n".join(lines)
 
 
-def results_section(figures: Figures, settings: Settings, command: str, classify_text: str, took: float, load: str) -> str:
-    return "\n".join(
-        [
-            MARK_BEGIN,
-            f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; load average during the run {load}.",
-            f"Command: `{command}` ({took / 60:.0f} min).",
-            f"Settings: {settings.describe()}.",
-            "",
-            table(figures, settings),
+def results_section(figures: Figures, settings: Settings, command: str, classify_text: str | None, took: float, load: str) -> str:
+    """The results as markdown (no markers); without ``classify_text`` (a --cost-only run), the cost rows alone."""
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; load average during the run {load}.",
+        f"Command: `{command}` ({took / 60:.0f} min).",
+        f"Settings: {settings.describe()}.",
+        "",
+        table(figures, settings),
+    ]
+    if classify_text is not None:
+        lines += [
             "",
             memory_detail(figures, settings),
             "",
@@ -797,17 +804,18 @@ def results_section(figures: Figures, settings: Settings, command: str, classify
             "```",
             classify_text,
             "```",
-            MARK_END,
         ]
-    )
+    return "\n".join(lines)
 
 
-def write_results(path: Path, section: str) -> None:
-    """Replace the results between the markers (the prose around them is kept), or start the file."""
+def write_results(path: Path, section: str, marks: tuple[str, str] = (MARK_BEGIN, MARK_END)) -> None:
+    """Replace the results between the markers (the prose around them is kept), or add them at the end."""
+    begin, end = marks
+    section = f"{begin}\n{section}\n{end}"
     text = path.read_text() if path.is_file() else "# Benchmarks\n\n"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, _mark, rest = text.partition(MARK_BEGIN)
-        tail = rest.partition(MARK_END)[2]
+    if begin in text and end in text:
+        head, _mark, rest = text.partition(begin)
+        tail = rest.partition(end)[2]
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
@@ -922,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 for host in fleet.hosts:
                     fleet.reset(host)
-        classify_text = "not run (--cost-only)" if args.cost_only else classify_bench(settings.classify_lines)
+        classify_text = None if args.cost_only else classify_bench(settings.classify_lines)
     except BaseException:
         progress(f"failed; the runs' logs are kept in {workdir}")
         raise
@@ -931,8 +939,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     section = results_section(figures, settings, command, classify_text, time.monotonic() - started, load.text())
-    print(section.replace(MARK_BEGIN + "\n", "").replace("\n" + MARK_END, ""))
-    write_results(args.output, section)
+    print(section)
+    write_results(args.output, section, COST_MARKS if args.cost_only else (MARK_BEGIN, MARK_END))
     progress(f"results written to {args.output}")
     return 0
 

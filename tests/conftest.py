@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.figures import RECORDED
-from tests.harness.lanes import Case, LaneError, check_lane, runs_here
+from tests.harness.lanes import Case, Claims, LaneError, check_lane, is_shared, runs_here
 
 UNIT_TESTS = "tests/unit/"  # pytest node ids use "/" on every platform
 
@@ -70,24 +70,32 @@ def pytest_configure(config: Any) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
+def lane_case(item: Any) -> Case:
+    return Case(
+        nodeid=item.nodeid,
+        unit=item.nodeid.startswith(UNIT_TESTS),
+        ansible=item.get_closest_marker("ansible") is not None,
+        every_version=item.get_closest_marker("every_version") is not None,
+    )
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     lane = os.environ.get("INFEROPS_LANE", "")
     if not lane:
         return
-    cases = [
-        Case(
-            nodeid=item.nodeid,
-            unit=item.nodeid.startswith(UNIT_TESTS),
-            ansible=item.get_closest_marker("ansible") is not None,
-            every_version=item.get_closest_marker("every_version") is not None,
-        )
-        for item in items
-    ]
-    keep = runs_here(cases, lane)
+    keep = runs_here([lane_case(item) for item in items], lane, claimed=Claims.from_env() is not None)
     deselected = [item for item, kept in zip(items, keep) if not kept]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item, kept in zip(items, keep) if kept]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: Any) -> None:
+    """A shared test the other whole-suite version took is skipped here, before any fixture of it."""
+    claims = Claims.from_env()
+    if claims is not None and is_shared(lane_case(item), os.environ.get("INFEROPS_LANE", "")) and not claims.take(item.nodeid):
+        pytest.skip("taken by the other whole-suite version")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -46,12 +46,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tests.harness.fleet import default_fleet_dir, file_lock
+from tests.harness.lanes import CASE_SHARE, CLAIMS_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX_FILE = REPO_ROOT / "tests" / "ansible-core-versions.txt"
 REQUIREMENTS_FILE = REPO_ROOT / "requirements-dev.txt"
 DEV_VENV = REPO_ROOT / ".venv"
 LOG_DIR = REPO_ROOT / ".build" / "versions"
+CLAIMS_DIR = LOG_DIR / "claims"  # where the whole-suite versions take their shared tests (tests/harness/lanes.py)
 # the test tools each version's venv gets, at the versions requirements-dev.txt pins
 # what each version's venv gets besides its ansible-core: every pin of requirements-dev.txt but the
 # development tools, which need (and would pull in) a newer ansible-core than the oldest versions
@@ -360,6 +362,8 @@ def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     extra = {"INFEROPS_ANSIBLE_CORE": version.release, "INFEROPS_LANE": version.runs, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "0"}
     if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
+    if version.runs in CASE_SHARE:
+        extra[CLAIMS_ENV] = str(CLAIMS_DIR)
     argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30", *PYTEST_TARGETS[version.runs]]
     env = run_env(venv.bin, f"{fleet_base}-{version.minor}", net, **extra)
     return Run(version.label, argv, env, LOG_DIR / f"{version.minor}.log")
@@ -419,6 +423,8 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     """Run the lanes side by side; print each log whole as its run ends and a summary at the end;
     0 if every run passed."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(CLAIMS_DIR, ignore_errors=True)  # what an earlier run took
+    CLAIMS_DIR.mkdir()
     runs = [run for lane in lanes for run in lane]
     started: list[tuple[Run, subprocess.Popen[bytes]]] = []
     done = threading.Event()
@@ -494,6 +500,7 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     finally:
         pool.shutdown(wait=True)
         done.set()
+        shutil.rmtree(CLAIMS_DIR, ignore_errors=True)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     print("\n==== side by side ====")

@@ -1,6 +1,7 @@
 """Which tests each version's run executes: the integration tests shared out between the two
-whole-suite versions (every test on one of them, the every_version ones on both), the pure core's
-unit tests where the Python differs, the ansible-core unit tests everywhere."""
+whole-suite versions (every test on one of them, the every_version ones on both; taken at run time
+when the two run side by side), the pure core's unit tests where the Python differs, the
+ansible-core unit tests everywhere."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.lanes import Case, LaneError, runs_here
+from tests.harness.lanes import CLAIMS_ENV, Case, Claims, LaneError, runs_here
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -64,9 +65,40 @@ def test_an_unknown_lane_is_refused_by_name() -> None:
         runs_here(SUITE, "olde")
 
 
-def collected(lane: str, *paths: str) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *paths]
-    return subprocess.run(args, cwd=REPO, env={**os.environ, "INFEROPS_LANE": lane}, capture_output=True, text=True, timeout=120, check=False)
+def collected(lane: str, *paths: str, claims: Path | None = None, plan: bool = False) -> subprocess.CompletedProcess[str]:
+    """pytest's collection (``plan``: its setup plan, which runs the setup hooks but no fixture) for a lane."""
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--setup-plan" if plan else "--collect-only", *paths]
+    env = {name: value for name, value in os.environ.items() if name != CLAIMS_ENV}  # this run's own lane may share by claims
+    env |= {"INFEROPS_LANE": lane, **({CLAIMS_ENV: str(claims)} if claims else {})}
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_test_is_taken_once_whichever_version_comes_first(tmp_path: Path) -> None:
+    first, second = Claims(tmp_path), Claims(tmp_path)
+    assert first.take("tests/integration/test_a.py::test_crash[0]")
+    assert not second.take("tests/integration/test_a.py::test_crash[0]")
+    assert not first.take("tests/integration/test_a.py::test_crash[0]")
+    assert second.take("tests/integration/test_a.py::test_crash[1]")
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_versions_that_take_their_tests_collect_every_shared_one() -> None:
+    for lane in ("oldest", "newest"):
+        chosen = {case.nodeid for case, kept in zip(SUITE, runs_here(SUITE, lane, claimed=True)) if kept}
+        assert names(chosen) == names({case.nodeid for case in SUITE})
+
+
+def test_side_by_side_each_shared_test_runs_on_the_version_that_takes_it_first(tmp_path: Path) -> None:
+    """The hooks on the real suite (setup plans: the setup hooks run, no fixture does): the version
+    that comes first takes every shared test, the other skips them all but the every_version ones."""
+    paths = ("tests/integration/test_journal_scan.py", "tests/integration/test_ansible_versions.py")
+    first = collected("newest", *paths, claims=tmp_path, plan=True)
+    second = collected("oldest", *paths, claims=tmp_path, plan=True)
+    assert first.returncode in (0, 5) and "skipped" not in first.stdout, first.stdout[-2000:]
+    taken = {path.read_text().split()[1] for path in tmp_path.iterdir()}
+    assert taken and all(nodeid.startswith("tests/integration/test_journal_scan.py::") for nodeid in taken), taken
+    assert f"SKIPPED [{len(taken)}] " in second.stdout and "taken by the other whole-suite version" in second.stdout, second.stdout[-2000:]
+    assert "test_ansible_versions.py" in second.stdout
 
 
 def test_pytest_collects_what_the_lane_selects() -> None:
