@@ -90,8 +90,8 @@ class Claims:
         self.directory = Path(directory)
 
     @classmethod
-    def from_env(cls, env: t.Mapping[str, str] = os.environ) -> Claims | None:
-        directory = env.get(CLAIMS_ENV, "")
+    def from_env(cls) -> Claims | None:
+        directory = os.environ.get(CLAIMS_ENV, "")
         return cls(directory) if directory else None
 
     def take(self, nodeid: str) -> bool:
