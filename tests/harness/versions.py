@@ -40,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -53,7 +54,6 @@ MATRIX_FILE = REPO_ROOT / "tests" / "ansible-core-versions.txt"
 REQUIREMENTS_FILE = REPO_ROOT / "requirements-dev.txt"
 DEV_VENV = REPO_ROOT / ".venv"
 LOG_DIR = REPO_ROOT / ".build" / "versions"
-CLAIMS_DIR = LOG_DIR / "claims"  # where the whole-suite versions take their shared tests (tests/harness/lanes.py)
 # the test tools each version's venv gets, at the versions requirements-dev.txt pins
 # what each version's venv gets besides its ansible-core: every pin of requirements-dev.txt but the
 # development tools, which need (and would pull in) a newer ansible-core than the oldest versions
@@ -348,6 +348,8 @@ class Run:
     elapsed: float = 0.0
     # what the run needs first, prepared while the lanes before it run (the real vLLM's install)
     needs: concurrent.futures.Future[object] | None = None
+    # takes its share of the integration tests at run time, from a directory the runs side by side share
+    shares_tests: bool = False
 
 
 def run_env(bin_dir: Path, fleet_dir: str, net: str, **extra: str) -> dict[str, str]:
@@ -362,11 +364,9 @@ def version_run(venv: VersionVenv, net: str, fleet_base: Path) -> Run:
     extra = {"INFEROPS_ANSIBLE_CORE": version.release, "INFEROPS_LANE": version.runs, "PYTHONDONTWRITEBYTECODE": "1", "INFEROPS_REAL_VLLM": "0"}
     if version.runs in ("short", "dev"):
         extra["INFEROPS_FLEET_HOSTS"] = SHORT_RUN_HOSTS
-    if version.runs in CASE_SHARE:
-        extra[CLAIMS_ENV] = str(CLAIMS_DIR)
     argv = [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=30", *PYTEST_TARGETS[version.runs]]
     env = run_env(venv.bin, f"{fleet_base}-{version.minor}", net, **extra)
-    return Run(version.label, argv, env, LOG_DIR / f"{version.minor}.log")
+    return Run(version.label, argv, env, LOG_DIR / f"{version.minor}.log", shares_tests=version.runs in CASE_SHARE)
 
 
 def molecule_run(dev: CoreVersion, net: str, fleet_base: Path) -> Run:
@@ -423,9 +423,12 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     """Run the lanes side by side; print each log whole as its run ends and a summary at the end;
     0 if every run passed."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(CLAIMS_DIR, ignore_errors=True)  # what an earlier run took
-    CLAIMS_DIR.mkdir()
     runs = [run for lane in lanes for run in lane]
+    # one directory per execution: a unit test of this runner, run by a lane, must not touch the lanes'
+    claims = tempfile.mkdtemp(prefix="claims-", dir=LOG_DIR) if any(run.shares_tests for run in runs) else None
+    for run in runs:
+        if run.shares_tests and claims:
+            run.env[CLAIMS_ENV] = claims
     started: list[tuple[Run, subprocess.Popen[bytes]]] = []
     done = threading.Event()
     stopping = threading.Event()  # the runner was interrupted: no run starts any more
@@ -500,7 +503,8 @@ def execute(lanes: Sequence[Sequence[Run]]) -> int:
     finally:
         pool.shutdown(wait=True)
         done.set()
-        shutil.rmtree(CLAIMS_DIR, ignore_errors=True)
+        if claims:
+            shutil.rmtree(claims, ignore_errors=True)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     print("\n==== side by side ====")

@@ -154,3 +154,21 @@ def test_an_interrupted_runner_starts_no_further_run_of_a_lane(tmp_path: Path) -
     assert time.monotonic() - began < 120, "the runner waited for the lane instead of stopping it"
     assert first.returncode is not None and first.returncode != 0
     assert not second_started.exists(), "the lane's next run started after the interrupt"
+
+
+def test_the_runs_that_share_tests_get_one_claims_directory_of_their_own_removed_after(tmp_path: Path) -> None:
+    """Each execution its own directory: this very test runs inside a lane whose claims must survive it."""
+    from tests.harness.lanes import CLAIMS_ENV
+    from tests.harness.versions import Run, execute
+
+    env = {"INFEROPS_FLEET_DIR": str(tmp_path / "no-fleet"), "INFEROPS_FLEET_NET": "10.250"}
+    script = f"import os, sys; d = os.environ.get({CLAIMS_ENV!r}, ''); open(sys.argv[1], 'w').write(d + ' ' + str(os.path.isdir(d)))"
+    runs = [
+        Run(name, [sys.executable, "-c", script, str(tmp_path / f"{name}.seen")], dict(env), tmp_path / f"{name}.log", shares_tests=shares)
+        for name, shares in (("oldest", True), ("newest", True), ("short", False))
+    ]
+    assert execute([[runs[0]], [runs[1]], [runs[2]]]) == 0
+    seen = {run.name: (tmp_path / f"{run.name}.seen").read_text().split() for run in runs}
+    assert seen["oldest"] == seen["newest"] and seen["oldest"][1] == "True", seen
+    assert seen["short"] == ["False"], seen
+    assert not Path(seen["oldest"][0]).exists()
