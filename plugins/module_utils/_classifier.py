@@ -310,6 +310,11 @@ class Scanner:
             return None
         return self._traceback.header.number, self.redact(self._traceback.header.text)
 
+    @property
+    def traceback_reached_exception(self) -> bool:
+        """Whether the open traceback has reached its exception line (what follows can only continue it)."""
+        return self._traceback is not None and self._traceback.exception is not None
+
     def redact(self, text: str) -> str:
         """The text with every secret replaced (also a secret's beginning where a long line was cut)."""
         if not self._secrets:

@@ -43,7 +43,9 @@ STEP = 0.25  # how often the unit's main process is looked at while the journal 
 UNIT_EVERY = 2.0  # systemctl show at least this often (at once when the main process is gone), without a pidfd
 UNIT_EVERY_PIDFD = 5.0  # with a pidfd the main process's end wakes the watch: systemctl show is only a backstop
 JOURNALD_LAG = 0.3  # a dying process's last lines reach the journal a moment after it exits
-TRACEBACK_SETTLE = 0.8  # an open traceback is given this long to be written whole
+TRACEBACK_SETTLE = 0.8  # an open traceback is given this long after its last line to be written whole
+# ... and this long in all: on a loaded host journald can take seconds to read a dead process's last lines
+TRACEBACK_SETTLE_MOST = 5.0
 FATAL_SETTLE = 0.3  # after a fatal line, the other ranks' copies follow within this
 HEALTH_FRESH = 1.0  # an answer younger than this is the call's last one: no second probe at the end
 # while the server keeps giving the same answer short of 200 (warming up: 503, or no answer in time),
@@ -325,6 +327,8 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
     deadline = time.monotonic() + params["watch"]
     known = phase_index(params["phase"])
     settle_until: float | None = None
+    tracing: _TracebackSettle | None = None
+    ended = False
     catch_up(watch, follower, params)
     while True:
         now = time.monotonic()
@@ -336,13 +340,19 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
         now = time.monotonic()
         if controller_gone():
             raise SystemExit(1)
-        if watch.changed:
+        if watch.changed and not ended:
+            ended = True
             time.sleep(JOURNALD_LAG)
             watch.feed(follower.poll(0))
-            return
-        if scanner.open_traceback is not None:
-            settle_until = settle_until or now + TRACEBACK_SETTLE
-        elif scanner.counts.get("fatal", 0):
+        if scanner.open_traceback is None or (ended and scanner.traceback_reached_exception):
+            tracing = None
+            if ended:
+                return
+        else:
+            # the rest of a traceback is on its way: wait while it grows (a dead process's lines all come)
+            tracing = tracing or _TracebackSettle(now)
+            settle_until = tracing.until(now, scanner.line_number, ended)
+        if tracing is None and scanner.counts.get("fatal", 0):
             settle_until = min(settle_until or now + FATAL_SETTLE, now + FATAL_SETTLE)
         if settle_until is not None:
             if now >= settle_until:
@@ -355,6 +365,22 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
             return
         if time.monotonic() >= deadline:
             return
+
+
+class _TracebackSettle:
+    """How long an open traceback is waited for: TRACEBACK_SETTLE after its last line; once its
+    process is gone, up to TRACEBACK_SETTLE_MOST for its exception line (all it wrote will come)."""
+
+    def __init__(self, now: float) -> None:
+        self.opened = now
+        self.grown = now
+        self.lines = -1
+
+    def until(self, now: float, lines: int, ended: bool) -> float:
+        if lines != self.lines:
+            self.lines, self.grown = lines, now
+        most = self.opened + TRACEBACK_SETTLE_MOST
+        return most if ended else min(self.grown + TRACEBACK_SETTLE, most)
 
 
 def ends_for_health(pacer: HealthPacer, params: dict[str, t.Any], phase: int) -> bool:

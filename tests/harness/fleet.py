@@ -549,9 +549,11 @@ class Fleet:
 
     def reset(self, host: str) -> None:
         """Stop the simulator, clear its failed state and restart counter, drop the scenario file,
-        any deployed configuration (drop-ins of the unit, files under /etc/sglang) and the unit's start
-        history (each test learns from its own starts only)."""
-        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR} /var/lib/inferops/{SIM_UNIT}.history.json"
+        any deployed configuration (drop-ins of the unit, files under /etc/sglang) and what the
+        collection keeps of the unit on the host: the run record, the start history, the canary's
+        baseline and the precheck's journal state (each test starts from its own host, whatever ran
+        on it before)."""
+        deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR} /var/lib/inferops/{SIM_UNIT}.*"
         clear = f"rm -rf {SCENARIO_FILE} {FAULT_FILE} {deployed}; systemctl daemon-reload"
         self.ssh(host, f"systemctl stop {SIM_UNIT}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; {clear}; true")
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.harness.fleet import Fleet, pid_is_nspawn
+from tests.harness.fleet import SIM_UNIT, Fleet, pid_is_nspawn
 
 UNIT = "sglang"
 PORT = 30000
@@ -149,7 +149,10 @@ def test_crash_loop_makes_nrestarts_grow(fleet: Fleet, host: str) -> None:
     fleet.set_scenario(host, SIM_SCENARIO="crash_loop", **FAST)
     fleet.ssh(host, f"systemctl start --no-block {UNIT}")
     wait_for("NRestarts >= 2", lambda: int(fleet.unit_property(host, "NRestarts") or 0) >= 2, timeout=60)
+    kept = f"/var/lib/inferops/{SIM_UNIT}.json /var/lib/inferops/{SIM_UNIT}.canary.json"
+    fleet.ssh(host, f"mkdir -p /var/lib/inferops && touch {kept}")
     fleet.reset(host)
+    assert fleet.ssh(host, f"ls /var/lib/inferops/{SIM_UNIT}.*", check=False).returncode != 0
     assert fleet.unit_property(host, "NRestarts") == "0"
     assert fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip() == "inactive"
     assert fleet.ssh(host, "test -e /etc/sglang-sim/scenario.env", check=False).returncode == 1

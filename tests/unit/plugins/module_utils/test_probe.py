@@ -116,3 +116,66 @@ def test_the_precheck_look_reads_with_grep_and_takes_up_its_kept_state(tmp_path:
     third = _probe.look(params, tools.get)
     assert third["journal"]["reading"]["state_problem"] and third["warnings"] == [third["journal"]["reading"]["state_problem"]]
     assert third["journal"]["ready_line"] == 3 and third["journal"]["reading"]["resumed_at"] is None
+
+
+class DyingServer:
+    """The look's journal and unit while a server dies in a traceback on a loaded host: its end is
+    seen with only the traceback's first line in the journal; journald hands over the rest ``lag``
+    seconds later. Stands in for the Watch (unit state) and the JournalFollower the look reads."""
+
+    def __init__(self, lines: list[str], lag: float) -> None:
+        self.scanner = _probe.Scanner(_probe.load_rules("sglang"))
+        self.reading: dict[str, t.Any] = {}
+        self.tail_lines, self.count, self.changed = 0, 0, False
+        self.header, self.rest = [{"MESSAGE": lines[0]}], [{"MESSAGE": line} for line in lines[1:]]
+        self.rest_at = 0.0
+        self.lag = lag
+
+    # the watch
+    def feed(self, records: t.Iterable[dict[str, t.Any]]) -> None:
+        self.scanner.feed_records(records)
+
+    def refresh(self) -> None:
+        pass
+
+    def quiet_for(self) -> float:
+        return _probe.STEP
+
+    def wakers(self) -> list[int]:
+        return []
+
+    # the follower
+    def catch_up(self) -> list[dict[str, t.Any]]:
+        return []
+
+    def poll(self, wait: float, wakers: t.Sequence[int] = (), hangups: t.Sequence[int] = ()) -> list[dict[str, t.Any]]:
+        if self.header:
+            self.changed, self.rest_at = True, _probe.time.monotonic() + self.lag
+            taken, self.header = self.header, []
+            return taken
+        if self.rest and _probe.time.monotonic() >= self.rest_at:
+            taken, self.rest = self.rest, []
+            return taken
+        _probe.time.sleep(min(wait, 0.05))
+        return []
+
+
+def dying_lines() -> list[str]:
+    log = (Path(__file__).parents[3] / "unit" / "data" / "corpus" / "logs" / "sglang-nccl-02.log").read_text().splitlines()
+    start = next(number for number, line in enumerate(log) if line.startswith("[") and "Scheduler hit an exception: Traceback" in line)
+    end = next(number for number in range(start, len(log)) if log[number].startswith("RuntimeError: NCCL error"))
+    return log[start : end + 1]
+
+
+@pytest.mark.parametrize("lag", [0.0, 1.5])
+def test_a_traceback_whose_process_is_gone_is_read_whole_even_when_journald_is_slow_to_hand_it_over(lag: float) -> None:
+    lines = dying_lines()
+    server = DyingServer(lines, lag)
+    params = _probe.with_defaults({"unit": "sglang.service", "watch": 30.0})
+    started = _probe.time.monotonic()
+    _probe.follow(server, server, params, _probe.HealthPacer(params))  # type: ignore[arg-type]
+    took = _probe.time.monotonic() - started
+    (event,) = server.scanner.finish()["fatal"]
+    assert event["message"].startswith("RuntimeError: NCCL error: unhandled system error"), event["message"]
+    assert len(event["traceback"]) == len(lines)
+    assert lag <= took < lag + _probe.TRACEBACK_SETTLE + 1.0, took
