@@ -178,4 +178,5 @@ def test_a_traceback_whose_process_is_gone_is_read_whole_even_when_journald_is_s
     (event,) = server.scanner.finish()["fatal"]
     assert event["message"].startswith("RuntimeError: NCCL error: unhandled system error"), event["message"]
     assert len(event["traceback"]) == len(lines)
-    assert lag <= took < lag + _probe.TRACEBACK_SETTLE + 1.0, took
+    # it ended at the exception line, not at the longest wait for one
+    assert lag <= took < _probe.TRACEBACK_SETTLE_MOST, took
