@@ -130,13 +130,16 @@ def test_a_crash_on_node_1_fails_the_canary_deployment_fast_and_names_node_1(top
     consequence, and the second deployment is never touched."""
     before = topology.start_all()
     # a start phase long enough that every node's wait follows its invocation before node 1 crashes, even on a
-    # loaded machine: a crash before that is restarted by systemd and the wait would watch the new invocation
-    topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
-    topology.scenario("sim1", SIM_START_SECONDS="8", SIM_LOAD_SECONDS="3")
-    # no automatic restart of the crashed node: on a loaded machine systemd could restart it before its
-    # wait reads the fatal line, and the wait would see a restart first (the test is about the fatal line)
+    # loaded machine (8 s was not: the waits began 11 s after the restart while both lanes ran): a crash before
+    # that is restarted by systemd and the wait would watch the new invocation
+    phases = {"SIM_START_SECONDS": "20", "SIM_LOAD_SECONDS": "3"}
+    topology.scenario("sim2", SIM_SCENARIO="crash", SIM_PHASE="loading_weights", SIM_FAILURE="scheduler_exception", **phases)
+    topology.scenario("sim1", **phases)
+    # no automatic restart of either node: on a loaded machine systemd could restart one before its wait
+    # reads its fatal line (node 1's, or node 0's consequence), and the wait would see a restart first
     no_restart = f"/etc/systemd/system/{UNIT}.d/90-no-restart.conf"
-    topology.fleet.ssh("sim2", f"mkdir -p $(dirname {no_restart}) && printf '[Service]\\nRestart=no\\n' > {no_restart} && systemctl daemon-reload")
+    for node in ("sim1", "sim2"):
+        topology.fleet.ssh(node, f"mkdir -p $(dirname {no_restart}) && printf '[Service]\\nRestart=no\\n' > {no_restart} && systemctl daemon-reload")
     reports = tmp_path / "reports"
     run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(reports)}, inventory=topology.inventory)
     out = run.output
