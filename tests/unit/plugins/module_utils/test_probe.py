@@ -8,12 +8,15 @@ import functools
 import io
 import json
 import sys
+import time
 import typing as t
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner, load_rules
+from tests.unit.conftest import corpus_logs
 
 FAKE = Path(__file__).with_name("fake_journalctl.py")
 INVOCATION = "0123456789abcdef0123456789abcdef"
@@ -124,7 +127,7 @@ class DyingServer:
     seconds later. Stands in for the Watch (unit state) and the JournalFollower the look reads."""
 
     def __init__(self, lines: list[str], lag: float) -> None:
-        self.scanner = _probe.Scanner(_probe.load_rules("sglang"))
+        self.scanner = Scanner(load_rules("sglang"))
         self.reading: dict[str, t.Any] = {}
         self.tail_lines, self.count, self.changed = 0, 0, False
         self.header, self.rest = [{"MESSAGE": lines[0]}], [{"MESSAGE": line} for line in lines[1:]]
@@ -150,33 +153,39 @@ class DyingServer:
 
     def poll(self, wait: float, wakers: t.Sequence[int] = (), hangups: t.Sequence[int] = ()) -> list[dict[str, t.Any]]:
         if self.header:
-            self.changed, self.rest_at = True, _probe.time.monotonic() + self.lag
+            self.changed, self.rest_at = True, time.monotonic() + self.lag
             taken, self.header = self.header, []
             return taken
-        if self.rest and _probe.time.monotonic() >= self.rest_at:
+        if self.rest and time.monotonic() >= self.rest_at:
             taken, self.rest = self.rest, []
             return taken
-        _probe.time.sleep(min(wait, 0.05))
+        time.sleep(min(wait, 0.05))
         return []
 
 
 def dying_lines() -> list[str]:
-    log = (Path(__file__).parents[3] / "unit" / "data" / "corpus" / "logs" / "sglang-nccl-02.log").read_text().splitlines()
-    start = next(number for number, line in enumerate(log) if line.startswith("[") and "Scheduler hit an exception: Traceback" in line)
-    end = next(number for number in range(start, len(log)) if log[number].startswith("RuntimeError: NCCL error"))
-    return log[start : end + 1]
+    """The traceback a scheduler died in, from a real log: its first line to its exception line."""
+    log = next(log for log in corpus_logs() if log.name == "sglang-nccl-02.log")
+    assert log.failure_line is not None
+    body = log.body.splitlines()
+    start = log.failure_line - log.header_lines - 1
+    end = next(number for number in range(start, len(body)) if body[number].startswith("RuntimeError: NCCL error"))
+    return body[start : end + 1]
 
 
 @pytest.mark.parametrize("lag", [0.0, 1.5])
-def test_a_traceback_whose_process_is_gone_is_read_whole_even_when_journald_is_slow_to_hand_it_over(lag: float) -> None:
+def test_a_traceback_whose_process_is_gone_is_read_whole_even_when_journald_is_slow_to_hand_it_over(lag: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a longest wait far beyond any load's delay: a look that waited it out instead of ending at the
+    # exception line is told apart without a tight clock
+    monkeypatch.setattr(_probe, "TRACEBACK_SETTLE_MOST", 60.0)
     lines = dying_lines()
+    assert "Scheduler hit an exception: Traceback" in lines[0]
     server = DyingServer(lines, lag)
-    params = _probe.with_defaults({"unit": "sglang.service", "watch": 30.0})
-    started = _probe.time.monotonic()
+    params = _probe.with_defaults({"unit": "sglang.service", "watch": 120.0})
+    started = time.monotonic()
     _probe.follow(server, server, params, _probe.HealthPacer(params))  # type: ignore[arg-type]
-    took = _probe.time.monotonic() - started
+    took = time.monotonic() - started
     (event,) = server.scanner.finish()["fatal"]
     assert event["message"].startswith("RuntimeError: NCCL error: unhandled system error"), event["message"]
     assert len(event["traceback"]) == len(lines)
-    # it ended at the exception line, not at the longest wait for one
-    assert lag <= took < _probe.TRACEBACK_SETTLE_MOST, took
+    assert lag <= took < 60.0, took
