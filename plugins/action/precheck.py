@@ -122,7 +122,7 @@ class ActionModule(ActionBase):
             reporter=reporter,
             steps=steps.done,
             **({"warnings": steps.warnings} if steps.warnings else {}),
-            ansible_facts={"sglang_precheck_report": report},
+            ansible_facts={"sglang_precheck_report": report, "sglang_precheck_started_at": observed["started_at"]},
         )
         return result
 
