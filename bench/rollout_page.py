@@ -105,8 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     figures = measure(args.hosts, args.repeats)
     ratio = figures["page_seconds"] / figures["json_seconds"] if figures["json_seconds"] else float("nan")
     print(f"rollout page of a {args.hosts}-host run (median of {args.repeats}):")
-    print(f"| page size | {figures['page_bytes'] / 1e3:.1f} kB (limit {LIMIT_BYTES / 1e6:g} MB; the {args.hosts} JSON reports: {figures['json_bytes'] / 1e3:.1f} kB) |")
-    print(f"| page rendered | {figures['page_seconds'] * 1e3:.1f} ms ({ratio:.1f}x the JSON of the {args.hosts} reports, {figures['json_seconds'] * 1e3:.1f} ms) |")
+    print(
+        f"| page size | {figures['page_bytes'] / 1e3:.1f} kB (limit {LIMIT_BYTES / 1e6:g} MB; "
+        f"the {args.hosts} JSON reports: {figures['json_bytes'] / 1e3:.1f} kB) |"
+    )
+    print(
+        f"| page rendered | {figures['page_seconds'] * 1e3:.1f} ms "
+        f"({ratio:.1f}x the JSON of the {args.hosts} reports, {figures['json_seconds'] * 1e3:.1f} ms) |"
+    )
     print(f"| page rendered and written | {figures['page_written_seconds'] * 1e3:.1f} ms (limit {LIMIT_SECONDS:g} s) |")
     print(f"| every rewrite of the run (1 to {args.hosts} hosts) | {figures['whole_run_seconds'] * 1e3:.1f} ms |")
     within = figures["page_bytes"] < LIMIT_BYTES and figures["page_written_seconds"] < LIMIT_SECONDS

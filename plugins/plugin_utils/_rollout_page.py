@@ -4,8 +4,9 @@
 
 Private to the collection; may change at any time. Standard library only, no Ansible imports.
 
-One timeline per host, drawn to one scale for the whole page: the time before the wait (checks, the
-change, the drain, the stop), each phase of the cold start as the wait saw it, what came after (smoke
+One timeline per host, drawn to one scale for the whole page: the time before the start (checks, the
+change, the drain, the stop), each phase of the cold start (timed by the journal when the start
+history recorded the start, else as the wait saw it), what came after (smoke
 test, start history, canary, back in the router) or the rollback's own start, phase by phase; the
 first fatal line marked where it came; a band under the bar for the time out of the router. Under
 each bar its verdict and reason, the phases with their usual durations from the host's start
@@ -18,8 +19,10 @@ measurement. Every text is escaped (a journal line is input from the server); no
 elsewhere: inline CSS and SVG, no script.
 
 What the report does not time on its own is drawn as one piece and said so: the checks, the change,
-the drain and the stop before the wait are one segment (the drain's own seconds in its label); the
-time out of the router is drawn from the drain's start at the latest.
+the drain and the stop are one segment (the drain's own seconds in its label); the time out of the
+router is drawn from the drain's start at the latest. The journal's phase times are placed by one
+point: a good start's end at the ready marker as the wait saw it (a poll late at most), a failed
+start's at its first fatal line (its journal time).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ COLORS = {
     "capturing_cuda_graphs": "#59a14f",
     "warming_up": "#edc948",
     "ready": "#9c755f",
+    "failed": "#e6a3a0",
     "after": "#d4a6c8",
     "rollback_prepare": "#e8b07a",
     "look": "#b8c0cc",
@@ -74,7 +78,8 @@ svg.bar{display:block;width:100%;height:34px;margin:.4em 0 .2em}svg.bar rect.seg
 svg.bar line.fatal-marker{stroke:#c0392b;stroke-width:3}svg.bar rect.out{fill:#c0392b;opacity:.35}
 ol.phases{list-style:none;padding:0;margin:.2em 0;display:flex;flex-wrap:wrap;gap:.2em 1.1em}
 .swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.3em;vertical-align:-1px}
-.fatal{color:#8e1b10}.fatal code{white-space:pre-wrap}pre{white-space:pre-wrap;word-break:break-word;background:#f6f7f9;padding:.5em;margin:.2em 0;font-size:12px}
+.fatal{color:#8e1b10}.fatal code{white-space:pre-wrap}
+pre{white-space:pre-wrap;word-break:break-word;background:#f6f7f9;padding:.5em;margin:.2em 0;font-size:12px}
 table{border-collapse:collapse;margin:.3em 0;font-size:13px}td,th{border-bottom:1px solid #eceff3;padding:.15em .5em;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums}.new{color:#b35900;font-weight:600}
 details{margin:.3em 0}summary{cursor:pointer;color:#34495e}.slow{color:#b35900}
@@ -197,6 +202,40 @@ def _out_of_router(report: Report, wait: tuple[float, float] | None, end: float)
     return round(_clamp(wait[0] - drain, 0, end), 1), end
 
 
+def _journal_segments(start: t.Any, steps: t.Any, offset: float, limit: float, floor: float, anchor: float | None, prefix: str = "") -> list[Segment]:
+    """The start's phases timed by the journal (the start history's record of this start: each phase
+    from its first line to the next phase's), placed so that they end at ``anchor`` (the ready marker
+    as the wait saw it, or the first fatal line), then the wait's ready and soak; [] without them."""
+    start = _mapping(start)
+    phases = [(phase, _number(_mapping(start.get("phases")).get(phase))) for phase in _history.TIMED_PHASES]
+    timed = [(phase, seconds) for phase, seconds in phases if seconds is not None and seconds > 0]
+    ready = next((_mapping(step) for step in _list(steps) if _mapping(step).get("phase") == "ready"), None)
+    if start.get("outcome") == "pass" and ready is not None:
+        anchor = offset + (_number(ready.get("started")) or 0.0)
+    elif start.get("outcome") == "pass" or anchor is None:
+        return []
+    if not timed:
+        return []
+    segments, at = [], anchor - sum(seconds for _phase, seconds in timed)
+    for phase, seconds in timed:
+        begin, stop = _clamp(at, floor, limit), _clamp(at + seconds, floor, limit)
+        segments.append(Segment(phase, prefix + PHASE_LABELS[phase], round(begin, 1), round(stop - begin, 1)))
+        at += seconds
+    if ready is not None and start.get("outcome") == "pass":
+        stop = _clamp(offset + (_number(ready.get("started")) or 0.0) + (_number(ready.get("duration")) or 0.0), anchor, limit)
+        segments.append(Segment("ready", prefix + PHASE_LABELS["ready"], round(anchor, 1), round(stop - anchor, 1)))
+    return [segment for segment in segments if segment.seconds > 0]
+
+
+def _start_segments(section: Report, offset: float, limit: float, floor: float, anchor: float | None, prefix: str = "") -> list[Segment]:
+    """A start's phases: timed by the journal when the start history recorded it, else as the wait saw
+    them (it names a phase when it reads its first line, and sees nothing of what came before its
+    first look)."""
+    start = _mapping(section.get("history")).get("start")
+    found = _journal_segments(start, section.get("timeline"), offset, limit, floor, anchor, prefix)
+    return found or _phase_segments(section.get("timeline"), offset, limit, prefix)
+
+
 def timeline(report: Report) -> Timeline:
     """The host's run drawn to scale, from its report alone."""
     end = max(_number(report.get(_render.form_of(report).time_key)) or 0.0, 0.0)
@@ -207,10 +246,14 @@ def timeline(report: Report) -> Timeline:
     if wait is None:
         stage = report.get("failed_stage") or "before the start"
         return Timeline([Segment("before", f"{stage} (no wait)", 0.0, end)] if end else [], end, None, None)
-    segments = [Segment("before", _before_label(report), 0.0, wait[0])] if wait[0] > 0 else []
-    segments += _phase_segments(report.get("timeline"), wait[0], wait[1])
-    segments += _after_segments(report, wait[1], end)
-    return Timeline([segment for segment in segments if segment.seconds > 0], end, _fatal_at(report, begun, end), _out_of_router(report, wait, end))
+    fatal_at = _fatal_at(report, begun, end)
+    phases = _start_segments(report, wait[0], wait[1], 0.0, fatal_at)
+    first = phases[0].start if phases else wait[0]
+    last = phases[-1].start + phases[-1].seconds if phases else wait[0]
+    # a failed start's journal ends at its fatal line; the wait ends when it has seen it (and the exit)
+    seen = [Segment("failed", "until the wait ended on the failure", round(last, 1), round(wait[1] - last, 1))] if wait[1] - last >= 0.1 else []
+    segments = [Segment("before", _before_label(report), 0.0, first), *phases, *seen, *_after_segments(report, wait[1], end)]
+    return Timeline([segment for segment in segments if segment.seconds > 0], end, fatal_at, _out_of_router(report, wait, end))
 
 
 def _after_segments(report: Report, wait_end: float, end: float) -> list[Segment]:
@@ -219,10 +262,10 @@ def _after_segments(report: Report, wait_end: float, end: float) -> list[Segment
     rollback_elapsed = _number(rollback.get("elapsed")) or 0.0
     if not rollback.get("restarted") or rollback_elapsed <= 0:
         return [Segment("after", _after_label(report), wait_end, round(end - wait_end, 1))] if end > wait_end else []
-    rollback_start = round(_clamp(end - rollback_elapsed, wait_end, end), 1)
-    segments = [Segment("rollback_prepare", "rollback: previous files back, restart", wait_end, round(rollback_start - wait_end, 1))]
-    phases = _phase_segments(rollback.get("timeline"), rollback_start, end, prefix="rollback ")
-    return segments + [segment._replace(kind=f"rollback {segment.kind}") for segment in phases]
+    rollback_wait = round(_clamp(end - rollback_elapsed, wait_end, end), 1)
+    phases = [segment._replace(kind=f"rollback {segment.kind}") for segment in _start_segments(rollback, rollback_wait, end, wait_end, None, "rollback ")]
+    first = phases[0].start if phases else rollback_wait
+    return [Segment("rollback_prepare", "rollback: previous files back, restart", wait_end, round(first - wait_end, 1)), *phases]
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -321,7 +364,8 @@ def _run_header(name: str, reports: t.Sequence[Report], batches: t.Sequence[t.Se
 
 
 def _scale(scale: float) -> str:
-    return f"<p class='muted scale' data-seconds='{scale:g}'>every bar on one scale: the full width is {_e(_seconds(scale))}; time runs from each host's own start</p>"
+    width = _e(_seconds(scale))
+    return f"<p class='muted scale' data-seconds='{scale:g}'>every bar on one scale: the full width is {width}; time runs from each host's own start</p>"
 
 
 def _fleet_section(reports: t.Sequence[Report]) -> str:
@@ -337,7 +381,11 @@ def _batch(index: int, hosts: t.Sequence[str], by_host: t.Mapping[str, Report], 
     parts = [f"<section class='batch' data-batch='{index}'><h2>{_e(label)}: {_e(', '.join(hosts))}</h2>"]
     for host in hosts:
         report = by_host.get(host)
-        parts.append(_host(report, scale) if report is not None else f"<div class='host not-reached' data-host='{_e(host)}'><span class='name'>{_e(host)}</span> <span class='muted'>not reached</span></div>")
+        parts.append(
+            _host(report, scale)
+            if report is not None
+            else f"<div class='host not-reached' data-host='{_e(host)}'><span class='name'>{_e(host)}</span> <span class='muted'>not reached</span></div>"
+        )
     parts.append("</section>")
     return "".join(parts)
 
@@ -405,7 +453,10 @@ def _bar(drawn: Timeline, scale: float) -> str:
         )
     if drawn.fatal_at is not None:
         x = _x(drawn.fatal_at, scale)
-        shapes.append(f"<line class='fatal-marker' data-seconds='{drawn.fatal_at:g}' x1='{x}' x2='{x}' y1='0' y2='{BAR_HEIGHT + 10}'><title>first fatal line</title></line>")
+        shapes.append(
+            f"<line class='fatal-marker' data-seconds='{drawn.fatal_at:g}' x1='{x}' x2='{x}' y1='0' y2='{BAR_HEIGHT + 10}'>"
+            "<title>first fatal line</title></line>"
+        )
     return f"<svg class='bar' viewBox='0 0 {WIDTH} {BAR_HEIGHT + 12}' preserveAspectRatio='none' role='img'>{''.join(shapes)}</svg>"
 
 
@@ -460,7 +511,8 @@ def _failure(report: Report, drawn: Timeline) -> str:
 
 
 def _fatal_event(event: t.Mapping[str, t.Any]) -> str:
-    summary = f"fatal x{_e(event.get('count'))} on {_e(_ranks(event) or 'no rank')} [{_e(event.get('rule') or 'no rule')}]: {_e(_render.cut(event.get('message'), LINE_LIMIT))}"
+    rule, message = _e(event.get("rule") or "no rule"), _e(_render.cut(event.get("message"), LINE_LIMIT))
+    summary = f"fatal x{_e(event.get('count'))} on {_e(_ranks(event) or 'no rank')} [{rule}]: {message}"
     traceback = [str(line) for line in _list(event.get("traceback"))]
     if not traceback:
         return f"<div class='fatal'>{summary}</div>"

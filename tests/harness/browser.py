@@ -24,12 +24,12 @@ MEASURED = re.compile(r'<pre id="measured">(.*?)</pre>', re.S)
 
 # Written into a copy of the page before it is loaded: what a person sees, measured by the browser
 # (each host's bar: its segments' kinds, seconds, left edge and width in pixels; the fatal marker's
-# place; the host's visible text), as JSON in <pre id="measured">.
+# place; the band of the time out of the router; the host's visible text), as JSON in <pre id="measured">.
 MEASURE = """<script>
 (() => {
   const out = {title: document.title, scripts: document.querySelectorAll('script').length - 1, hosts: {}};
   for (const host of document.querySelectorAll('div.host')) {
-    const entry = {verdict: host.dataset.verdict || null, text: host.innerText, segments: [], marker: null, bar_width: null};
+    const entry = {verdict: host.dataset.verdict || null, text: host.innerText, segments: [], marker: null, out_of_router: null, bar_width: null};
     const svg = host.querySelector('svg.bar');
     if (svg) {
       const box = svg.getBoundingClientRect();
@@ -37,6 +37,11 @@ MEASURE = """<script>
       for (const rect of svg.querySelectorAll('rect.segment')) {
         const b = rect.getBoundingClientRect();
         entry.segments.push({kind: rect.dataset.kind, seconds: Number(rect.dataset.seconds), x: b.left - box.left, width: b.width});
+      }
+      const out = svg.querySelector('rect.out');
+      if (out) {
+        const b = out.getBoundingClientRect();
+        entry.out_of_router = {x: b.left - box.left, width: b.width};
       }
       const marker = svg.querySelector('line.fatal-marker');
       if (marker) {

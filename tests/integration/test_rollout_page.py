@@ -101,14 +101,14 @@ def test_the_page_of_a_real_run_shows_each_host_to_scale_and_the_hostile_line_as
     scale = canary["bar_width"] / float(text.split("class='muted scale' data-seconds='")[1].split("'")[0])
     assert not proportional(canary["segments"] + failed["segments"], scale)
 
-    # sim2: the first fatal line marked at its time, within the failed start's wait (the wait names a
-    # phase when it reads it; the journal's time of the line may come a poll earlier), then the
-    # rollback's own start
-    marker = failed["marker"]
-    assert marker is not None, failed
+    # sim2: the first fatal line marked at its time: after the host left the router (the old server was
+    # still serving), no later than the end of the failed start's wait (a crash this fast can come
+    # before the wait's first look: the unit was started just before it); then the rollback's own start
+    marker, out = failed["marker"], failed["out_of_router"]
+    assert marker is not None and out is not None, failed
     assert abs(marker["x"] - marker["seconds"] * scale) < 1.5, (marker, scale)
     waited = [segment for segment in failed["segments"] if segment["kind"] in PHASE_ORDER[1:-1]]
-    assert waited and waited[0]["x"] - 2 <= marker["x"] <= waited[-1]["x"] + waited[-1]["width"] + 2, (marker, waited)
+    assert waited and out["x"] - 1 <= marker["x"] <= waited[-1]["x"] + waited[-1]["width"] + 2, (marker, out, waited)
     assert "first fatal line: rank TP" in failed["text"] and "CUDA out of memory" in failed["text"]
     assert any(segment["kind"] == "rollback ready" for segment in failed["segments"]), failed["segments"]
     assert "rollback: PASS" in failed["text"]

@@ -40,21 +40,28 @@ def test_a_real_rolled_back_host_is_drawn_in_order_from_its_start_to_its_end() -
     report = real("sim2")
     drawn = page.timeline(report)
     kinds = [segment.kind for segment in drawn.segments]
-    assert kinds[:3] == ["before", "starting", "loading_weights"], kinds
-    assert kinds[3] == "rollback_prepare" and kinds[-1] == "rollback ready", kinds
+    # the start's phases timed by its journal (the start history's record), then the wait seeing the crash
+    assert kinds[:4] == ["before", "starting", "loading_weights", "failed"], kinds
+    assert [segment.seconds for segment in drawn.segments[1:3]] == [report["history"]["start"]["phases"][phase] for phase in kinds[1:3]]
+    assert kinds[4] == "rollback_prepare" and kinds[-1] == "rollback ready", kinds
     # contiguous: each segment begins where the one before it ended, the last ends with the run
     for before, after in zip(drawn.segments, drawn.segments[1:]):
         assert after.start == pytest.approx(before.start + before.seconds, abs=0.11), (before, after)
     last = drawn.segments[-1]
     assert last.start + last.seconds == pytest.approx(report["total_elapsed"], abs=0.11)
-    # the wait saw the crash in loading weights; the journal put the fatal line there
+    # the crash came in loading weights: the failed start's phases end at the fatal line
     loading = drawn.segments[2]
-    assert drawn.fatal_at is not None and loading.start <= drawn.fatal_at <= loading.start + loading.seconds
+    assert drawn.fatal_at == pytest.approx(loading.start + loading.seconds, abs=0.11)
     # the drain is in the label of the time before the wait, and out of the router from it on
     assert "drain 2.4 s" in drawn.segments[0].label
-    assert drawn.out_of_router == (pytest.approx(drawn.segments[1].start - 2.4, abs=0.11), report["total_elapsed"])
-    rollback = [segment.seconds for segment in drawn.segments if segment.kind.startswith("rollback ")]
-    assert sum(rollback) == pytest.approx(report["rollback"]["elapsed"], abs=0.3)
+    wait_start = report["ended_at"] - report["elapsed"] - page.started(report)
+    assert drawn.out_of_router == (pytest.approx(wait_start - 2.4, abs=0.11), report["total_elapsed"])
+    # the rollback's own start, timed by its journal too, ends with the run
+    rollback = [segment for segment in drawn.segments if segment.kind.startswith("rollback ") and segment.kind != "rollback ready"]
+    recorded = report["rollback"]["history"]["start"]["phases"]
+    assert {segment.kind.split(" ", 1)[1]: segment.seconds for segment in rollback} == recorded
+    assert [segment.kind for segment in rollback] == [f"rollback {phase}" for phase in page.PHASE_LABELS if phase in recorded]
+    assert last.kind == "rollback ready" and last.seconds == report["rollback"]["timeline"][-1]["duration"]
 
 
 def test_every_bar_of_a_page_shares_one_scale() -> None:
@@ -116,7 +123,7 @@ def test_journal_text_is_escaped_everywhere() -> None:
 def test_a_flood_of_lines_and_a_long_traceback_stay_bounded() -> None:
     report = copy.deepcopy(hostile_report())
     report["unrecognized"] = [{**report["unrecognized"][0], "message": f"{index} " + "x" * 5000} for index in range(2000)]
-    report["fatal"][0]["traceback"] = [f"  File \"/x.py\", line {index}, in f" for index in range(10_000)]
+    report["fatal"][0]["traceback"] = [f'  File "/x.py", line {index}, in f' for index in range(10_000)]
     html = page.run_page([report])
     assert len(html.encode()) < 60_000
     assert "... 1988 more in the JSON report" in html and "... 9960 more line(s)" in html
@@ -124,7 +131,7 @@ def test_a_flood_of_lines_and_a_long_traceback_stay_bounded() -> None:
 
 def test_usual_durations_and_slow_phases_come_from_the_history() -> None:
     report = real("sim1")
-    report["timeline"] = [{"phase": "loading_weights", "started": 0.5, "duration": 3.0}, {"phase": "ready", "started": 3.5, "duration": 2.9}]
+    report["history"]["start"]["phases"]["loading_weights"] = 3.0
     report["history"] = {
         **report["history"],
         "usual": {"loading_weights": 1.2, "ready": 2.0},
