@@ -19,7 +19,7 @@ description:
   - Writes the run's page beside them, C(<run>.html) (C(restart-<start>.html) or C(precheck-<start>.html), named after
     the earliest start among the run's reports): one self-contained HTML page (inline CSS and SVG, no script, nothing
     loaded from elsewhere, every journal text escaped) with a timeline per host drawn to one scale (the time before
-    the wait, each phase of the cold start, what came after or the rollback's own start, the first fatal line marked,
+    the start, each phase of the cold start, what came after or the rollback's own start, the first fatal line marked,
     the time out of the router), the hosts batch by batch, canary first, each with its verdict and reason, its
     fatal lines and tracebacks, its allowlisted and unrecognized lines by rule, what is new since its last good
     start and its canary's figures, and the hosts much slower than their peers. The page holds every host of the
