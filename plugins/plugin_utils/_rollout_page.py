@@ -488,36 +488,38 @@ def _ranks(event: t.Mapping[str, t.Any]) -> str:
 
 
 def _failure(report: Report, drawn: Timeline) -> str:
-    """The first fatal line with its rank and time, the traceback folded under it, and the other
-    fatal events."""
+    """The first fatal line with its ranks and time, the same line counted, its traceback folded under
+    it; then the other fatal events."""
     fatal = [_mapping(event) for event in _list(report.get("fatal"))]
     first = _mapping(report.get("first_fatal"))
     if not fatal and not first:
         return _last_lines(report)
-    parts = []
-    if first:
-        when = f"{drawn.fatal_at:g} s into the run" if drawn.fatal_at is not None else "time not known"
-        ranks = _list(first.get("ranks"))
-        same = next((event for event in fatal if event.get("message") == first.get("message")), {})
-        others = max(int(_number(same.get("count")) or len(ranks) or 1) - 1, 0)
-        parts.append(
-            f"<div class='fatal first-fatal'>first fatal line: rank {_e(', '.join(str(rank) for rank in ranks) or 'none')}, "
-            f"{_e(first.get('timestamp') or '')} ({_e(when)}), journal line {_e(first.get('line'))}, rule {_e(first.get('rule') or 'none')}"
-            f"{f', the same line {others} more time(s)' if others else ''}:<br><code>{_e(_render.cut(first.get('message'), LINE_LIMIT))}</code></div>"
-        )
-    for event in fatal[:EVENTS_SHOWN]:
-        parts.append(_fatal_event(event))
-    return "".join(parts)
+    if not first:
+        return "".join(_fatal_event(event) for event in fatal[:EVENTS_SHOWN])
+    event = next((event for event in fatal if event.get("first_line") == first.get("line")), {})
+    when = f"{drawn.fatal_at:g} s into the run" if drawn.fatal_at is not None else "time not known"
+    ranks = [str(rank) for rank in _list(first.get("ranks"))]
+    count = int(_number(event.get("count")) or 1)
+    same = f"the same line {count} time(s) on {len(ranks)} rank(s): {', '.join(ranks)}" if ranks else f"the same line {count} time(s)"
+    head = (
+        f"<div class='fatal first-fatal'>first fatal line at {_e(first.get('timestamp') or '')} ({_e(when)}), journal line {_e(first.get('line'))}, "
+        f"rule {_e(first.get('rule') or 'none')}; {_e(same)}:<br><code>{_e(_render.cut(first.get('message'), LINE_LIMIT))}</code></div>"
+    )
+    others = [other for other in fatal if other is not event]
+    return head + _traceback(event) + "".join(_fatal_event(other) for other in others[:EVENTS_SHOWN])
+
+
+def _traceback(event: t.Mapping[str, t.Any]) -> str:
+    lines = [str(line) for line in _list(event.get("traceback"))]
+    if not lines:
+        return ""
+    shown = lines[:TRACEBACK_SHOWN] + ([f"... {len(lines) - TRACEBACK_SHOWN} more line(s)"] if len(lines) > TRACEBACK_SHOWN else [])
+    return f"<details class='fatal traceback'><summary>traceback, {len(lines)} lines</summary><pre>{_e(chr(10).join(shown))}</pre></details>"
 
 
 def _fatal_event(event: t.Mapping[str, t.Any]) -> str:
     rule, message = _e(event.get("rule") or "no rule"), _e(_render.cut(event.get("message"), LINE_LIMIT))
-    summary = f"fatal x{_e(event.get('count'))} on {_e(_ranks(event) or 'no rank')} [{rule}]: {message}"
-    traceback = [str(line) for line in _list(event.get("traceback"))]
-    if not traceback:
-        return f"<div class='fatal'>{summary}</div>"
-    shown = traceback[:TRACEBACK_SHOWN] + ([f"... {len(traceback) - TRACEBACK_SHOWN} more line(s)"] if len(traceback) > TRACEBACK_SHOWN else [])
-    return f"<details class='fatal'><summary>{summary} (traceback, {len(traceback)} lines)</summary><pre>{_e(chr(10).join(shown))}</pre></details>"
+    return f"<div class='fatal'>fatal x{_e(event.get('count'))} on {_e(_ranks(event) or 'no rank')} [{rule}]: {message}</div>{_traceback(event)}"
 
 
 def _last_lines(report: Report) -> str:

@@ -109,7 +109,7 @@ def test_the_page_of_a_real_run_shows_each_host_to_scale_and_the_hostile_line_as
     assert abs(marker["x"] - marker["seconds"] * scale) < 1.5, (marker, scale)
     waited = [segment for segment in failed["segments"] if segment["kind"] in PHASE_ORDER[1:-1]]
     assert waited and out["x"] - 1 <= marker["x"] <= waited[-1]["x"] + waited[-1]["width"] + 2, (marker, out, waited)
-    assert "first fatal line: rank TP" in failed["text"] and "CUDA out of memory" in failed["text"]
+    assert "first fatal line at " in failed["text"] and " rank(s): TP" in failed["text"] and "CUDA out of memory" in failed["text"]
     assert any(segment["kind"] == "rollback ready" for segment in failed["segments"]), failed["segments"]
     assert "rollback: PASS" in failed["text"]
 

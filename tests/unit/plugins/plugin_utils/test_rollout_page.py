@@ -77,6 +77,17 @@ def test_every_bar_of_a_page_shares_one_scale() -> None:
     assert marker is not None and float(marker.group(2)) == pytest.approx(float(marker.group(1)) / longest * page.WIDTH, abs=0.02)
 
 
+def test_the_first_fatal_line_comes_with_its_time_its_ranks_and_its_traceback_folded() -> None:
+    html = page.run_page([real("sim2")])
+    first = html.index("<div class='fatal first-fatal'>first fatal line at 2026-12-03 12:01:33 (26.2 s into the run), journal line 71, ")
+    assert "rule common-python-exception; the same line 1 time(s) on 1 rank(s): TP1:<br><code>torch.OutOfMemoryError" in html
+    traceback = html.index(
+        "<details class='fatal traceback'><summary>traceback, 26 lines</summary><pre>[2026-12-03 12:01:33 TP1] Scheduler hit an exception: Traceback"
+    )
+    following = html.index("<div class='fatal'>fatal x1 on pid297 [sglang-scheduler-failure]: Received sigquit from a child process.")
+    assert first < traceback < following
+
+
 def test_batches_come_canary_first_and_hosts_not_reached_are_named() -> None:
     assert page.batches_of(["a", "b", "c", "d", "e", "f"], [1, 2]) == [["a"], ["b", "c"], ["d", "e"], ["f"]]
     assert page.batches_of(["a", "b", "c"], []) == [["a", "b", "c"]]
