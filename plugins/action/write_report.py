@@ -11,8 +11,10 @@ The run's page (``<run>.html``) shows every host of the play that has a report s
 are the play's hosts' ``<role>_report`` facts (this host's is the one given), read from hostvars, so
 nothing is read back from the report directory and a report of an earlier run beside them is never
 mixed in. It is written again after each host's report; its name, the role and the earliest start
-among the run's reports, stays the same through the run. The batches are the play's own (its
-``serial``). A multi-node deployment's report also gets its own page, ``<deployment>.html``.
+among the run's hosts (their ``<role>_started_at`` facts, set as the role begins, and their reports'
+starts), stays the same through the run: a host that fails early and reports first names the page
+as the others will. The batches are the play's own (its ``serial``). A multi-node deployment's
+report also gets its own page, ``<deployment>.html``.
 """
 
 from __future__ import annotations
@@ -114,9 +116,10 @@ class ActionModule(ActionBase):
         if _render.is_deployment(report):
             pages[f"{directory}/{report.get('deployment')}{_render.form_of(report).file_suffix}.html"] = _rollout_page.deployment_page(report)
         hosts = [str(host) for host in task_vars.get("ansible_play_hosts_all") or []]
-        reports = run_reports(report, hosts, task_vars.get("hostvars"))
+        hostvars = task_vars.get("hostvars")
+        reports = run_reports(report, hosts, hostvars)
         if reports:
-            name = _rollout_page.run_name(reports)
+            name = _rollout_page.run_name(reports, run_starts(str(report.get("role")), hosts, hostvars))
             pages[f"{directory}/{name}.html"] = _rollout_page.run_page(reports, _rollout_page.batches_of(hosts, self._serial(len(hosts))), name)
         return pages
 
@@ -133,6 +136,26 @@ class ActionModule(ActionBase):
             return []
 
 
+def _fact(hostvars: t.Any, host: str, name: str) -> t.Any:
+    """A host's fact (None when it has none), as plain data."""
+    try:
+        return plain(hostvars[host].get(name)) if hostvars is not None else None
+    except (KeyError, TypeError):
+        return None
+
+
+def run_starts(role: str, hosts: list[str], hostvars: t.Any) -> list[float]:
+    """When each of the run's hosts began the role (its ``<role>_started_at`` fact, seconds since the
+    epoch), whether or not it has reported yet."""
+    starts = []
+    for host in hosts:
+        try:
+            starts.append(float(_fact(hostvars, host, f"{role}_started_at")))
+        except (TypeError, ValueError):
+            continue
+    return starts
+
+
 def run_reports(report: dict[str, t.Any], hosts: list[str], hostvars: t.Any) -> list[dict[str, t.Any]]:
     """The reports of the run's hosts so far, in play order: each host's ``<role>_report`` fact, and
     this report for its own host (a deployment's report is drawn from its nodes' facts)."""
@@ -143,10 +166,7 @@ def run_reports(report: dict[str, t.Any], hosts: list[str], hostvars: t.Any) -> 
         if host == own:
             reports.append(report)
             continue
-        try:
-            found = plain(hostvars[host].get(fact)) if hostvars is not None else None
-        except (KeyError, TypeError):
-            found = None
+        found = _fact(hostvars, host, fact)
         if isinstance(found, dict) and found.get("role") == report.get("role") and found.get("verdict") != "skipped":
             reports.append(found)
     if own is not None and own not in hosts:

@@ -271,13 +271,14 @@ def _after_segments(report: Report, wait_end: float, end: float) -> list[Segment
 # -- the run --------------------------------------------------------------------------------------
 
 
-def run_name(reports: t.Sequence[Report]) -> str:
-    """The run's page name: the role's test name and the earliest start among its hosts' reports,
+def run_name(reports: t.Sequence[Report], starts: t.Iterable[float] = ()) -> str:
+    """The run's page name: the role's test name and the earliest start among its hosts' reports (and
+    ``starts``, the run's hosts' starts in seconds since the epoch, reported or not yet),
     ``restart-20261203T120034Z``."""
     if not reports:
         raise ValueError("a run page needs at least one report")
     form = _render.form_of(reports[0])
-    starts = [value for value in (started(report) for report in reports) if value is not None]
+    starts = [*starts, *(value for value in (started(report) for report in reports) if value is not None)]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(min(starts))) if starts else "undated"
     return f"{form.test_name}-{stamp}"
 

@@ -102,6 +102,9 @@ def test_batches_come_canary_first_and_hosts_not_reached_are_named() -> None:
 
 def test_the_run_is_named_after_its_earliest_start() -> None:
     assert page.run_name([real("sim2"), real("sim1")]) == "restart-20261203T120034Z"
+    # a host of the run that began earlier and has not reported yet names it too
+    earlier = page.started(real("sim1"))
+    assert earlier is not None and page.run_name([real("sim2"), real("sim1")], [earlier - 60.5]) == "restart-20261203T115933Z"
     assert page.run_name([precheck_report()]).startswith("precheck-")
     with pytest.raises(ValueError, match="at least one report"):
         page.run_name([])
