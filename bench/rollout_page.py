@@ -67,7 +67,7 @@ def run_reports(hosts: int) -> list[dict[str, Any]]:
 def timed(action: Callable[[], Any], repeats: int) -> float:
     """The median wall time of ``action``, in seconds."""
     times = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         began = time.perf_counter()
         action()
         times.append(time.perf_counter() - began)

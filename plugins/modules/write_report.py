@@ -17,7 +17,7 @@ description:
   - The report of a multi-node deployment (from P(inferops.runbooks.deployment_verdict#filter)) is named after the
     deployment - C(<deployment>.json) and C(<deployment>.junit.xml) (C(.precheck) for the precheck).
   - Writes the run's page beside them, C(<run>.html) (C(restart-<start>.html) or C(precheck-<start>.html), named after
-    the earliest start among the run's reports): one self-contained HTML page (inline CSS and SVG, no script, nothing
+    the earliest start among the run's hosts) - one self-contained HTML page (inline CSS and SVG, no script, nothing
     loaded from elsewhere, every journal text escaped) with a timeline per host drawn to one scale (the time before
     the start, each phase of the cold start, what came after or the rollback's own start, the first fatal line marked,
     the time out of the router), the hosts batch by batch, canary first, each with its verdict and reason, its
