@@ -251,7 +251,8 @@ def timeline(report: Report) -> Timeline:
     first = phases[0].start if phases else wait[0]
     last = phases[-1].start + phases[-1].seconds if phases else wait[0]
     # a failed start's journal ends at its fatal line; the wait ends when it has seen it (and the exit)
-    seen = [Segment("failed", "until the wait ended on the failure", round(last, 1), round(wait[1] - last, 1))] if wait[1] - last >= 0.1 else []
+    failed = wait[1] - last >= 0.1 and not (phases and phases[-1].kind == "ready")
+    seen = [Segment("failed", "until the wait ended on the failure", round(last, 1), round(wait[1] - last, 1))] if failed else []
     segments = [Segment("before", _before_label(report), 0.0, first), *phases, *seen, *_after_segments(report, wait[1], end)]
     return Timeline([segment for segment in segments if segment.seconds > 0], end, fatal_at, _out_of_router(report, wait, end))
 
