@@ -185,3 +185,15 @@ def test_the_bench_prints_the_size_and_time_of_a_run_page() -> None:
     assert "rollout page of a 4-host run (median of 1):" in proc.stdout and "within the limits" in proc.stdout
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert [row.split("|")[1].strip() for row in rows] == ["page size", "page rendered", "page rendered and written", "every rewrite of the run (1 to 4 hosts)"]
+
+
+def test_the_canary_figures_stand_against_their_baseline() -> None:
+    from tests.unit.plugins.module_utils.observations import STARTED, options
+    from tests.unit.plugins.module_utils.test_runbook_report import canary_result
+
+    waited = wait_result(ended_at=STARTED + 20.0)  # the wait_ready action notes when the wait ended
+    report = restart_report(options=options(canary=True, canary_on_fail="fail"), canary=canary_result(812), wait=waited)
+    html = page.run_page([report])
+    assert "performance canary: <b>FAIL</b>: slower than the baseline" in html
+    assert "<li>decode 812 tok/s (baseline 1,604, -49%: FAIL)</li>" in html and "<li>TTFT p90 400 ms (baseline 400 ms, +0%: ok)</li>" in html
+    assert "after the wait (canary)" in html
