@@ -24,7 +24,9 @@ by someone else shows here as a port that refuses connections, then 503s, both w
 so it raises no event either.
 
 Each event names the host (``meta.hosts``, so a ``run_playbook`` action is limited to it), the
-condition and its evidence: the answers, the counters and for how long.
+condition and its evidence: the answers, the counters and for how long, under the key ``inferops``;
+it is also logged (``serving_watch: not serving: {...}``), so that the rulebook's log keeps the events
+that a rule's throttle kept from its action.
 
 The file is self-contained (Python standard library and asyncio): ansible-rulebook loads it with
 runpy, outside of Ansible's plugin loader.
@@ -33,7 +35,9 @@ runpy, outside of Ansible's plugin loader.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import logging
 import re
 import time
 import urllib.error
@@ -135,6 +139,7 @@ NUMBER_OPTIONS: dict[str, tuple[type, float, float]] = {
 TEXT_OPTIONS = {"engine": "sglang", "api_key": "", "prompt": "Hello"}
 SERVER_KEYS = ("host", "url", "engine", "api_key", "model")
 NAME = "serving_watch"
+LOGGER = logging.getLogger(NAME)
 SAMPLE_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
@@ -415,7 +420,7 @@ def event(server: Server, condition: str, summary: str, look: Look, state: Serve
             "condition": condition,
             "summary": f"{server.host} ({server.engine}, {server.url}) is not serving: {summary}",
             "evidence": evidence,
-            "observed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "observed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
         },
         "meta": {"hosts": server.host},
     }
@@ -495,6 +500,8 @@ class Watch:
             if started >= self.state.quiet_until:
                 found = assess(self.state, await self.look(), self.options, self.server)
                 if found is not None:
+                    # in the rulebook's log too: a rule's throttle keeps an event from its action, not from the record
+                    LOGGER.warning("%s: not serving: %s", NAME, json.dumps(found["inferops"], sort_keys=True))
                     await queue.put(found)
                     self.state = ServerState(quiet_until=time.monotonic() + self.options.quiet_period)
             await asyncio.sleep(max(0.0, self.options.interval - (time.monotonic() - started)))
