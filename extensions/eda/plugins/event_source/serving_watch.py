@@ -15,7 +15,8 @@ A cold start refuses connections and then answers 503 for minutes (an hour for l
 not a failure, so the last two wait ``start_grace``, which must exceed the longest cold start. A
 server whose ``/metrics`` shows tokens being generated since the last look serves: it gets no
 generation that round. Otherwise it gets one one-token generation, so a server costs at most one short
-generation per ``interval``, and one ``/metrics`` read.
+generation per ``interval``, and one ``/metrics`` read (two when the generation failed: the second one
+is the evidence of what the server runs then).
 
 A server whose restart is under way is never probed: after an event for a host, its server is left
 alone for ``quiet_period`` seconds (the rulebook's restart runs meanwhile). The run record that the
@@ -378,7 +379,8 @@ def assess(state: ServerState, look: Look, options: Options, server: Server) -> 
         state.failed.append(generation.describe())
         if len(state.failed) >= options.failures:
             what = "timed out" if generation.status is None else "failed"
-            return event(server, "generation_failed", f"a one-token generation {what} {len(state.failed)} times in a row", look, state)
+            times = f", {len(state.failed)} times in a row" if len(state.failed) > 1 else ""
+            return event(server, "generation_failed", f"a one-token generation {what}{times}", look, state)
     if stalled is not None and stalled >= options.stall_for:
         return event(server, "tokens_stalled", f"{counters.running:g} requests running and no token generated for {stalled:.0f} s", look, state)  # type: ignore[union-attr]
     return None
@@ -482,6 +484,10 @@ class Watch:
         if not needs_generation(self.state, look):
             return look
         generation = await self.generate()
+        if not generation.ok and not generation.refused and generation.status != 503:
+            # the evidence: what the server counts once the generation failed (a held one runs still)
+            metrics = await self.call("/metrics", self.options.request_timeout)
+            counters = parse_metrics(metrics.body, self.server.engine) if metrics.ok else counters
         return Look(at=time.monotonic(), metrics=metrics, counters=counters, generation=generation)
 
     async def generate(self) -> Answer:

@@ -1,0 +1,264 @@
+"""Event-Driven Ansible for real: ansible-rulebook (tests/requirements-rulebook.txt, its own venv) runs the
+collection's rulebook ``inferops.runbooks.restart_on_stall`` with the collection's event source
+(``inferops.runbooks.serving_watch``) against simulator hosts, and the rule runs the collection's restart
+playbook with the ansible-core under test.
+
+Three servers, reached over HTTP from this machine as the rulebook's host reaches its servers:
+
+* ``once`` (API key): wedges (health 200, generation held forever) after its first start only; the
+  rule restarts it and it serves again;
+* ``healthy`` (API key): serves throughout; never touched (the key works, or its generation would fail);
+* ``again``: wedges after every start, also right after the rule's restart: it is restarted once, and its
+  next event, after the event source's quiet period, falls within the rule's throttle window.
+
+The figures: from the wedge to the event, from the event to a serving host (the new start's ready line),
+and what the event source costs a server (requests per interval, CPU per look).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import runpy
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.figures import record
+from tests.harness import rulebook
+from tests.harness.fleet import Fleet
+from tests.integration.conftest import QUICK, REPO
+from tests.integration.test_wait_ready import journal_time
+
+UNIT = "sglang.service"
+PORT = 30000
+SOURCE = REPO / "extensions" / "eda" / "plugins" / "event_source" / "serving_watch.py"
+RULEBOOK = "inferops.runbooks.restart_on_stall"
+FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "2", "SIM_HOST": "0.0.0.0"}
+API_KEY = "sk-inferops-eda-4e1c7a93"
+WEDGE_AFTER = 12  # seconds after ready: the rulebook is up by then
+REWEDGE_AFTER = 25  # seconds after ready: longer than the restart's gates, so that the restart passes
+INTERVAL = 2
+GENERATION_TIMEOUT = 3
+QUIET_PERIOD = 60  # longer than the restart here
+READY = "The server is fired up and ready to roll!"
+EVENT_LOG = "serving_watch: not serving: "
+
+
+def url(fleet: Fleet, host: str) -> str:
+    return f"http://{fleet.address(host)}:{PORT}"
+
+
+def serves(fleet: Fleet, host: str, api_key: str = "") -> bool:
+    """Whether the server generates one token now (from this machine)."""
+    body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 1}}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    request = urllib.request.Request(url(fleet, host) + "/generate", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=3) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def wait_until(what: str, check: Any, timeout: float, every: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
+def invocations_since(fleet: Fleet, host: str, since: float) -> list[str]:
+    """The unit's invocations that started after ``since`` (epoch seconds), in order."""
+    out = fleet.ssh(host, f"journalctl -u {UNIT} -o json --no-pager --output-fields=_SYSTEMD_INVOCATION_ID --since @{int(since)}").stdout
+    seen: list[str] = []
+    for line in out.splitlines():
+        invocation = json.loads(line).get("_SYSTEMD_INVOCATION_ID")
+        if invocation and invocation not in seen:
+            seen.append(invocation)
+    return seen
+
+
+def access_lines(fleet: Fleet, host: str, invocation: str, since: float, until: float) -> dict[str, int]:
+    """How many of the event source's requests the server logged between two times: /metrics, /generate."""
+    out = fleet.ssh(
+        host, f"journalctl -o cat --no-pager _SYSTEMD_INVOCATION_ID={invocation} --since @{since:.3f} --until @{until:.3f} | grep -F HTTP/1.1", check=False
+    ).stdout
+    return {"metrics": out.count('"GET /metrics '), "generate": out.count('"POST /generate ')}
+
+
+def events_in(log: str) -> list[dict[str, Any]]:
+    return [json.loads(line.split(EVENT_LOG, 1)[1]) for line in log.splitlines() if EVENT_LOG in line]
+
+
+def epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def write_inventory(fleet: Fleet, path: Path, keyed: set[str]) -> None:
+    """The fleet's inventory, the restart's quick timings for the simulator, the API key of the keyed hosts."""
+    lines = []
+    for line in fleet.inventory.read_text(encoding="utf-8").splitlines():
+        name = line.split(" ", 1)[0]
+        lines.append(f"{line} sglang_restart_api_key={API_KEY}" if name in keyed and "ansible_host=" in line else line)
+    lines += [f"{key}={value}" for key, value in QUICK.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def running_rulebook(fleet: Fleet, tmp_path: Path, servers: list[dict[str, str]], inventory: Path) -> Iterator[Path]:
+    """ansible-rulebook running the collection's rulebook; yields its log file. Stopped (with every
+    process it started: they all carry the run's directory) at the end."""
+    problem = rulebook.java_missing()
+    if problem:
+        pytest.fail(problem)
+    executable = rulebook.ensure()
+    variables = {
+        "inferops_servers": servers,
+        "inferops_watch_interval": INTERVAL,
+        "inferops_watch_generation_timeout": GENERATION_TIMEOUT,
+        "inferops_watch_failures": 1,
+        "inferops_watch_quiet_period": QUIET_PERIOD,
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(variables), encoding="utf-8")
+    work = tmp_path / "rulebook"
+    work.mkdir()
+    env = fleet.ansible_env()
+    env.update({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "TMPDIR": str(work), "ANSIBLE_FORCE_COLOR": "0"})
+    log = tmp_path / "rulebook.log"
+    cmd = [str(executable), "-r", RULEBOOK, "-i", str(inventory), "--vars", str(tmp_path / "vars.json"), "-v"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield log
+    finally:
+        stop(proc, str(work))
+
+
+def stop(proc: subprocess.Popen[bytes], marker: str) -> None:
+    """SIGINT to ansible-rulebook's process group, then SIGKILL; then any playbook it started (by the
+    run's directory in its command line: ansible-runner gives it a session of its own)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+
+def test_rulebook_restarts_the_host_that_stopped_serving_once(fleet: Fleet, hosts: list[str], tmp_path: Path) -> None:
+    once, healthy, again = hosts[:3]
+    started = time.time()
+    fleet.set_scenario(once, **FAST, SIM_API_KEY=API_KEY)
+    fleet.set_fault(once, SIM_SCENARIO="wedged", SIM_WEDGE_AFTER=WEDGE_AFTER)  # read at start: this start only
+    fleet.set_scenario(healthy, **FAST, SIM_API_KEY=API_KEY)
+    fleet.set_scenario(again, **FAST, SIM_SCENARIO="wedged", SIM_WEDGE_AFTER=REWEDGE_AFTER)
+    for host in (once, healthy, again):
+        fleet.ssh(host, f"systemctl start {UNIT}")
+    wait_until("the three servers serve", lambda: serves(fleet, once, API_KEY) and serves(fleet, healthy, API_KEY) and serves(fleet, again), 90)
+    fleet.set_fault(once)
+    first = {host: fleet.unit_property(host, "InvocationID") for host in (once, healthy, again)}
+    wedged_at = journal_time(fleet, once, first[once], READY) + WEDGE_AFTER
+
+    servers = [
+        {"host": once, "url": url(fleet, once), "api_key": API_KEY},
+        {"host": healthy, "url": url(fleet, healthy), "api_key": API_KEY},
+        {"host": again, "url": url(fleet, again)},
+    ]
+    inventory = tmp_path / "inventory.ini"
+    write_inventory(fleet, inventory, keyed={once, healthy})
+    with running_rulebook(fleet, tmp_path, servers, inventory) as log:
+        watched_from = time.time()
+
+        def done() -> bool:
+            text = log.read_text(encoding="utf-8", errors="replace")
+            assert "Source error" not in text, text[-6000:]
+            again_events = [e for e in events_in(text) if e["host"] == again]
+            return len(again_events) >= 2 and fleet.unit_property(once, "InvocationID") != first[once] and serves(fleet, once, API_KEY)
+
+        wait_until("a second event for the host that wedges again, and the first host serving again", done, 240, every=1)
+        watched_until = time.time()
+    output = log.read_text(encoding="utf-8", errors="replace")
+    events = events_in(output)
+    by_host = {host: [e for e in events if e["host"] == host] for host in (once, healthy, again)}
+
+    # the wedged host: one event (its generation timed out, with the evidence), one restart that passed, serving
+    assert len(by_host[once]) == 1, events
+    event = by_host[once][0]
+    assert event["condition"] == "generation_failed", event
+    assert "no answer within 3 s" in event["evidence"]["generation"], event
+    assert event["evidence"]["requests_running"] >= 1, event
+    assert event["url"] == url(fleet, once)
+    assert output.count(f"{once} {UNIT}: PASS (ready)") == 1, output[-6000:]
+    restarted = invocations_since(fleet, once, started)
+    assert len(restarted) == 2 and restarted[0] == first[once], restarted
+    assert serves(fleet, once, API_KEY)
+
+    # the healthy host (key-protected) beside it: no event, not touched
+    assert by_host[healthy] == [], events
+    assert invocations_since(fleet, healthy, started) == [first[healthy]]
+    assert f"{healthy} {UNIT}:" not in output
+
+    # the host that wedges again right after its restart: two events, one restart within the throttle window
+    assert len(by_host[again]) >= 2, events
+    assert output.count(f"{again} {UNIT}: PASS (ready)") == 1, output[-6000:]
+    assert len(invocations_since(fleet, again, started)) == 2
+
+    # the figures
+    to_event = epoch(event["observed_at"]) - wedged_at
+    new_ready = journal_time(fleet, once, restarted[1], READY)
+    to_serving = new_ready - epoch(event["observed_at"])
+    seen = access_lines(fleet, healthy, first[healthy], watched_from, watched_until)
+    intervals = (watched_until - watched_from) / INTERVAL
+    record(
+        f"EDA rulebook ({INTERVAL} s interval, {GENERATION_TIMEOUT} s generation timeout, 1 failure): wedge -> event {to_event:.1f} s, "
+        f"event -> the restarted server's ready line {to_serving:.1f} s (the simulator's cold start, about 4 s, and the playbook's start); "
+        f"a serving server got {seen['metrics'] / intervals:.2f} /metrics reads and {seen['generate'] / intervals:.2f} one-token generations "
+        f"per interval over {watched_until - watched_from:.0f} s"
+    )
+    assert to_event < INTERVAL + GENERATION_TIMEOUT + 5, to_event
+    assert seen["generate"] <= intervals + 1, seen
+
+
+def test_event_source_cost_per_server(fleet: Fleet, hosts: list[str]) -> None:
+    """The event source alone (as ansible-rulebook runs it: its main() on a queue) on one serving server for
+    a while: the CPU it spends per look, and the requests the server sees."""
+    host = hosts[0]
+    fleet.set_scenario(host, **FAST)
+    fleet.ssh(host, f"systemctl start {UNIT}")
+    wait_until("the server serves", lambda: serves(fleet, host), 60)
+    invocation = fleet.unit_property(host, "InvocationID")
+    main = runpy.run_path(str(SOURCE))["main"]
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    interval, seconds = 0.5, 10.0
+    args = {"servers": [{"host": host, "url": url(fleet, host)}], "interval": interval}
+    since, cpu = time.time(), time.process_time()
+    with contextlib.suppress(asyncio.TimeoutError):
+        asyncio.run(asyncio.wait_for(main(queue, args), timeout=seconds))
+    cpu, until = time.process_time() - cpu, time.time()
+    time.sleep(1)  # the journal gets the last access lines
+    seen = access_lines(fleet, host, invocation, since, until)
+    assert queue.empty(), "a serving server raised an event"
+    assert seen["metrics"] >= seconds / interval - 2, seen
+    assert seen["generate"] <= seen["metrics"], seen
+    record(
+        f"serving_watch cost per server: {1000 * cpu / seen['metrics']:.2f} ms CPU per look ({seen['metrics']} looks in {until - since:.0f} s: "
+        f"{seen['metrics']} /metrics reads, {seen['generate']} one-token generations; none while tokens are being generated)"
+    )
