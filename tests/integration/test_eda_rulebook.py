@@ -24,6 +24,7 @@ import os
 import runpy
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -262,3 +263,19 @@ def test_event_source_cost_per_server(fleet: Fleet, hosts: list[str]) -> None:
         f"serving_watch cost per server: {1000 * cpu / seen['metrics']:.2f} ms CPU per look ({seen['metrics']} looks in {until - since:.0f} s: "
         f"{seen['metrics']} /metrics reads, {seen['generate']} one-token generations; none while tokens are being generated)"
     )
+
+
+def test_a_bad_option_stops_the_rulebook_with_what_is_wrong(tmp_path: Path) -> None:
+    """What a user sees when a server's URL is not one: ansible-rulebook stops at once, the option named."""
+    problem = rulebook.java_missing()
+    if problem:
+        pytest.fail(problem)
+    variables = {"inferops_servers": [{"host": "gpu-node-01", "url": "http://192.0.2.11:30000"}, {"host": "gpu-node-02", "url": "192.0.2.12:8000"}]}
+    (tmp_path / "vars.json").write_text(json.dumps(variables), encoding="utf-8")
+    (tmp_path / "inventory.ini").write_text("gpu-node-01\ngpu-node-02\n", encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    cmd = [str(rulebook.ensure()), "-r", RULEBOOK, "-i", str(tmp_path / "inventory.ini"), "--vars", str(tmp_path / "vars.json")]
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    wanted = "serving_watch: option servers[1].url='192.0.2.12:8000' is not allowed: the server's base URL, http(s)://address:port (no path)"
+    assert wanted in run.stdout + run.stderr, run.stdout + run.stderr
