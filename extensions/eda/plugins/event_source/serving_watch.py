@@ -381,8 +381,9 @@ def assess(state: ServerState, look: Look, options: Options, server: Server) -> 
             what = "timed out" if generation.status is None else "failed"
             times = f", {len(state.failed)} times in a row" if len(state.failed) > 1 else ""
             return event(server, "generation_failed", f"a one-token generation {what}{times}", look, state)
-    if stalled is not None and stalled >= options.stall_for:
-        return event(server, "tokens_stalled", f"{counters.running:g} requests running and no token generated for {stalled:.0f} s", look, state)  # type: ignore[union-attr]
+    if counters is not None and stalled is not None and stalled >= options.stall_for:
+        summary = f"{counters.running:g} requests running and no token generated for {stalled:.0f} s"
+        return event(server, "tokens_stalled", summary, look, state)
     return None
 
 
