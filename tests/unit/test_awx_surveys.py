@@ -34,10 +34,7 @@ def role_play(playbook: Path, outer_vars: dict[str, Any] | None = None) -> dict[
     for play in yaml.safe_load(playbook.read_text()):
         variables = {**(outer_vars or {}), **(play.get("vars") or {})}
         if "ansible.builtin.import_playbook" in play:
-            imported = str(play["ansible.builtin.import_playbook"])
-            # a playbook of this collection by name: inferops.runbooks.restart_sglang
-            name = f"{imported.removeprefix('inferops.runbooks.')}.yml" if imported.startswith("inferops.runbooks.") else imported
-            return role_play(playbook.parent / name, variables)
+            return role_play(playbook.parent / play["ansible.builtin.import_playbook"], variables)
         if play.get("roles"):
             return {**play, "vars": variables}
     raise AssertionError(f"{playbook.name}: no play runs a role")
