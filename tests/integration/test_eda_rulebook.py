@@ -3,13 +3,15 @@ collection's rulebook ``inferops.runbooks.restart_on_stall`` with the collection
 (``inferops.runbooks.serving_watch``) against simulator hosts, and the rule runs the collection's restart
 playbook with the ansible-core under test.
 
-Three servers, reached over HTTP from this machine as the rulebook's host reaches its servers:
+Four servers, reached over HTTP from this machine as the rulebook's host reaches its servers:
 
 * ``once`` (API key): wedges (health 200, generation held forever) after its first start only; the
   rule restarts it and it serves again;
 * ``healthy`` (API key): serves throughout; never touched (the key works, or its generation would fail);
 * ``again``: wedges after every start, also right after the rule's restart: it is restarted once, and its
-  next event, after the event source's quiet period, falls within the rule's throttle window.
+  next event, after the event source's quiet period, falls within the rule's throttle window;
+* ``dead`` (vLLM, ``vllm.service``): its engine dies behind a live API server (health 200, generation
+  answered 500) after its first start only; the vLLM rule restarts it with ``restart_vllm`` and it serves again.
 
 The figures: from the wedge to the event, from the event to a serving host (the new start's ready line),
 and what the event source costs a server (requests per interval, CPU per look).
@@ -42,6 +44,9 @@ from tests.integration.test_wait_ready import journal_time
 
 UNIT = "sglang.service"
 PORT = 30000
+VLLM_UNIT = "vllm.service"
+VLLM_PORT = 8000
+VLLM_SCENARIO_FILE = "/etc/vllm-sim/scenario.env"
 SOURCE = REPO / "extensions" / "eda" / "plugins" / "event_source" / "serving_watch.py"
 RULEBOOK = "inferops.runbooks.restart_on_stall"
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "2", "SIM_HOST": "0.0.0.0"}
@@ -55,15 +60,18 @@ READY = "The server is fired up and ready to roll!"
 EVENT_LOG = "serving_watch: not serving: "
 
 
-def url(fleet: Fleet, host: str) -> str:
-    return f"http://{fleet.address(host)}:{PORT}"
+def url(fleet: Fleet, host: str, port: int = PORT) -> str:
+    return f"http://{fleet.address(host)}:{port}"
 
 
-def serves(fleet: Fleet, host: str, api_key: str = "") -> bool:
+def serves(fleet: Fleet, host: str, api_key: str = "", vllm: bool = False) -> bool:
     """Whether the server generates one token now (from this machine)."""
-    body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 1}}).encode()
+    if vllm:
+        path, payload = f"{url(fleet, host, VLLM_PORT)}/v1/completions", {"model": "/models/DeepSeek-R1", "prompt": "Hello", "max_tokens": 1}
+    else:
+        path, payload = f"{url(fleet, host)}/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 1}}
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
-    request = urllib.request.Request(url(fleet, host) + "/generate", data=body, headers=headers)
+    request = urllib.request.Request(path, data=json.dumps(payload).encode(), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=3) as response:
             return bool(response.status == 200)
@@ -79,9 +87,9 @@ def wait_until(what: str, check: Any, timeout: float, every: float = 0.5) -> Non
         time.sleep(every)
 
 
-def invocations_since(fleet: Fleet, host: str, since: float) -> list[str]:
+def invocations_since(fleet: Fleet, host: str, since: float, unit: str = UNIT) -> list[str]:
     """The unit's invocations that started after ``since`` (epoch seconds), in order."""
-    out = fleet.ssh(host, f"journalctl -u {UNIT} -o json --no-pager --output-fields=_SYSTEMD_INVOCATION_ID --since @{int(since)}").stdout
+    out = fleet.ssh(host, f"journalctl -u {unit} -o json --no-pager --output-fields=_SYSTEMD_INVOCATION_ID --since @{int(since)}").stdout
     seen: list[str] = []
     for line in out.splitlines():
         invocation = json.loads(line).get("_SYSTEMD_INVOCATION_ID")
@@ -106,13 +114,15 @@ def epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def write_inventory(fleet: Fleet, path: Path, keyed: set[str]) -> None:
-    """The fleet's inventory, the restart's quick timings for the simulator, the API key of the keyed hosts."""
+def write_inventory(fleet: Fleet, path: Path, keyed: set[str], vllm: str) -> None:
+    """The fleet's inventory, the restart's quick timings for the simulator, the API key of the keyed hosts,
+    and the vLLM host in the group restart_vllm.yml restarts."""
     lines = []
     for line in fleet.inventory.read_text(encoding="utf-8").splitlines():
         name = line.split(" ", 1)[0]
         lines.append(f"{line} sglang_restart_api_key={API_KEY}" if name in keyed and "ansible_host=" in line else line)
     lines += [f"{key}={value}" for key, value in QUICK.items()]
+    lines += ["", "[vllm]", vllm]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -165,26 +175,45 @@ def stop(proc: subprocess.Popen[bytes], marker: str) -> None:
 
 
 def test_rulebook_restarts_the_host_that_stopped_serving_once(fleet: Fleet, hosts: list[str], tmp_path: Path) -> None:
-    once, healthy, again = hosts[:3]
+    assert len(hosts) >= 4, f"the test needs 4 hosts (INFEROPS_FLEET_HOSTS), the fleet has {len(hosts)}"
+    once, healthy, again, dead = hosts[:4]
+    try:
+        rulebook_restarts(fleet, once, healthy, again, dead, tmp_path)
+    finally:
+        fleet.ssh(dead, f"systemctl stop {VLLM_UNIT}; systemctl reset-failed {VLLM_UNIT}; rm -f {VLLM_SCENARIO_FILE}", check=False)
+
+
+def rulebook_restarts(fleet: Fleet, once: str, healthy: str, again: str, dead: str, tmp_path: Path) -> None:
     started = time.time()
     fleet.set_scenario(once, **FAST, SIM_API_KEY=API_KEY)
     fleet.set_fault(once, SIM_SCENARIO="wedged", SIM_WEDGE_AFTER=WEDGE_AFTER)  # read at start: this start only
     fleet.set_scenario(healthy, **FAST, SIM_API_KEY=API_KEY)
     fleet.set_scenario(again, **FAST, SIM_SCENARIO="wedged", SIM_WEDGE_AFTER=REWEDGE_AFTER)
+    fleet.set_fault(dead, SIM_SCENARIO="engine_dead", SIM_WEDGE_AFTER=WEDGE_AFTER)
+    vllm_scenario = "".join(f"{key}={value}\\n" for key, value in FAST.items())
+    fleet.ssh(dead, f"mkdir -p /etc/vllm-sim && printf '{vllm_scenario}' > {VLLM_SCENARIO_FILE}")
     for host in (once, healthy, again):
         fleet.ssh(host, f"systemctl start {UNIT}")
-    wait_until("the three servers serve", lambda: serves(fleet, once, API_KEY) and serves(fleet, healthy, API_KEY) and serves(fleet, again), 90)
+    fleet.ssh(dead, f"systemctl start {VLLM_UNIT}")
+
+    def all_serve() -> bool:
+        return serves(fleet, once, API_KEY) and serves(fleet, healthy, API_KEY) and serves(fleet, again) and serves(fleet, dead, vllm=True)
+
+    wait_until("the four servers serve", all_serve, 90)
     fleet.set_fault(once)
+    fleet.set_fault(dead)
     first = {host: fleet.unit_property(host, "InvocationID") for host in (once, healthy, again)}
+    first[dead] = fleet.unit_property(dead, "InvocationID", unit=VLLM_UNIT)
     wedged_at = journal_time(fleet, once, first[once], READY) + WEDGE_AFTER
 
     servers = [
         {"host": once, "url": url(fleet, once), "api_key": API_KEY},
         {"host": healthy, "url": url(fleet, healthy), "api_key": API_KEY},
         {"host": again, "url": url(fleet, again)},
+        {"host": dead, "url": url(fleet, dead, VLLM_PORT), "engine": "vllm"},
     ]
     inventory = tmp_path / "inventory.ini"
-    write_inventory(fleet, inventory, keyed={once, healthy})
+    write_inventory(fleet, inventory, keyed={once, healthy}, vllm=dead)
     with running_rulebook(fleet, tmp_path, servers, inventory) as log:
         watched_from = time.time()
 
@@ -192,13 +221,14 @@ def test_rulebook_restarts_the_host_that_stopped_serving_once(fleet: Fleet, host
             text = log.read_text(encoding="utf-8", errors="replace")
             assert "Source error" not in text, text[-6000:]
             again_events = [e for e in events_in(text) if e["host"] == again]
-            return len(again_events) >= 2 and fleet.unit_property(once, "InvocationID") != first[once] and serves(fleet, once, API_KEY)
+            restarted = fleet.unit_property(once, "InvocationID") != first[once] and fleet.unit_property(dead, "InvocationID", unit=VLLM_UNIT) != first[dead]
+            return len(again_events) >= 2 and restarted and serves(fleet, once, API_KEY) and serves(fleet, dead, vllm=True)
 
         wait_until("a second event for the host that wedges again, and the first host serving again", done, 240, every=1)
         watched_until = time.time()
     output = log.read_text(encoding="utf-8", errors="replace")
     events = events_in(output)
-    by_host = {host: [e for e in events if e["host"] == host] for host in (once, healthy, again)}
+    by_host = {host: [e for e in events if e["host"] == host] for host in (once, healthy, again, dead)}
 
     # the wedged host: one event (its generation timed out, with the evidence), one restart that passed, serving
     assert len(by_host[once]) == 1, events
@@ -221,6 +251,14 @@ def test_rulebook_restarts_the_host_that_stopped_serving_once(fleet: Fleet, host
     assert len(by_host[again]) >= 2, events
     assert output.count(f"{again} {UNIT}: PASS (ready)") == 1, output[-6000:]
     assert len(invocations_since(fleet, again, started)) == 2
+
+    # the vLLM whose engine died behind a live API: its generation answered 500; restarted by restart_vllm, serving
+    assert len(by_host[dead]) == 1, events
+    assert by_host[dead][0]["condition"] == "generation_failed" and by_host[dead][0]["engine"] == "vllm", by_host[dead]
+    assert "HTTP 500" in by_host[dead][0]["evidence"]["generation"] and "EngineDeadError" in by_host[dead][0]["evidence"]["generation"]
+    assert output.count(f"{dead} {VLLM_UNIT}: PASS (ready)") == 1, output[-6000:]
+    assert len(invocations_since(fleet, dead, started, VLLM_UNIT)) == 2
+    assert serves(fleet, dead, vllm=True)
 
     # the figures
     to_event = epoch(event["observed_at"]) - wedged_at
