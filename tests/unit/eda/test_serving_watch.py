@@ -207,3 +207,14 @@ def test_a_cold_start_within_the_grace_period_raises_nothing(sims: list[SimProce
     sims.append(starting)
     assert run_watch({"servers": [server(starting)], **QUICK, "start_grace": 60}, 2.0) == []
     assert '"POST /generate ' not in starting.text
+
+
+def test_a_server_that_never_becomes_ready_is_an_event_after_the_grace_period(sims: list[SimProcess]) -> None:
+    sim = SimProcess(SIM_SPEED="0.03", SIM_WARMUP_SECONDS="0.3", SIM_SCENARIO="health_503")
+    sims.append(sim)
+    sim.wait_for("Uvicorn running on")
+    (event,) = run_watch({"servers": [server(sim)], **QUICK, "start_grace": 1.0, "quiet_period": 60}, 2.5)
+    body = event["inferops"]
+    assert body["condition"] == "never_ready", body
+    assert "generation answered 503 (not ready) for " in body["summary"]
+    assert body["evidence"]["generation"].startswith("HTTP 503 after ")
