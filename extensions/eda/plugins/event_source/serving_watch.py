@@ -8,7 +8,8 @@ only when a server is truly not serving:
   scheduler died, SGLang #6624, both answer it with 200);
 * ``tokens_stalled``: ``/metrics`` counts requests running while the generated-token counter stands
   still for ``stall_for`` seconds (a wedged scheduler holds its requests);
-* ``port_gone``: the port refused connections (or the host did not answer) for ``start_grace`` seconds;
+* ``port_gone``: the port refused connections for ``start_grace`` seconds (a host that does not answer
+  at all times out its generation: ``generation_failed``);
 * ``never_ready``: the server answered its generation with 503 (not ready) for ``start_grace`` seconds.
 
 A cold start refuses connections and then answers 503 for minutes (an hour for large models): that is
