@@ -18,9 +18,10 @@ setup:
 test: setup lint sanity unit integration
 
 lint: setup
-	$(BIN)/ruff check plugins tests bench
-	$(BIN)/ruff format --check plugins tests bench
+	$(BIN)/ruff check plugins tests bench extensions
+	$(BIN)/ruff format --check plugins tests bench extensions
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
+	$(BIN)/mypy extensions/eda/plugins/event_source
 	$(BIN)/ansible-lint --profile production
 
 # on the newest ansible-core (tests/ansible-core-versions.txt), with its ansible-test
@@ -42,9 +43,11 @@ integration: setup versions-venvs
 	$(PYTHON) -m tests.harness.versions test
 
 # ---- ansible-core versions (tests/ansible-core-versions.txt) and molecule ----------------------
-# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE)
+# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE), and
+# ansible-rulebook's (tests/requirements-rulebook.txt) for the Event-Driven Ansible test
 versions-venvs: setup
 	$(PYTHON) -m tests.harness.versions setup
+	$(PYTHON) -m tests.harness.rulebook setup
 
 # the whole integration suite on the development venv only
 integration-dev: setup
