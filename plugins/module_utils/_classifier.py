@@ -837,7 +837,7 @@ class Scanner:
         return report
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 _EVENT_FIELDS = ("count", "first_line", "last_line", "first_timestamp", "last_timestamp", "level", "context", "traceback")
 
 

