@@ -18,8 +18,8 @@ setup:
 test: setup lint sanity unit integration
 
 lint: setup
-	$(BIN)/ruff check plugins tests bench
-	$(BIN)/ruff format --check plugins tests bench
+	$(BIN)/ruff check plugins tests bench scripts
+	$(BIN)/ruff format --check plugins tests bench scripts
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
 	$(BIN)/ansible-lint --profile production
 

@@ -41,8 +41,9 @@ USER_SOURCE = "extra rules"
 OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar")
 
 # The order in which shipped rules are tried: a specific allowlist entry beats a generic fatal
-# shape (and so does a request-level entry: an ERROR line about one request), a fatal shape beats a progress milestone ("Capture cuda graph failed"), and the warning
-# vocabulary only catches what nothing else claimed.
+# shape (and so does a request-level entry: an ERROR line about one request), a fatal shape beats
+# a progress milestone ("Capture cuda graph failed"), and the warning vocabulary only catches what
+# nothing else claimed.
 CLASS_PRECEDENCE = ("allowlisted", "request_error", "fatal", "ready", "progress", "info", "unrecognized")
 
 # What a rule sees of a line at most: a longer line is cut (see _lines.MAX_LINE_CHARS); the

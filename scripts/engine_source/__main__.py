@@ -1,5 +1,6 @@
 """python -m scripts.engine_source [extract|table] [--engine sglang|vllm] [--versions V ...]
 
+routes: SGLang's HTTP routes, ready line and log format only (fast);
 extract: download the wheels (cached in ~/.cache/inferops-engine-source, or INFEROPS_ENGINE_SOURCE_CACHE),
 read their logger calls and write tests/unit/data/engine_source/<engine>.json;
 table: judge the recorded lines with the collection's rule packs and write docs/engine-source.md and
@@ -44,9 +45,20 @@ def extract_engine(engine: str, versions: t.Sequence[str] | None) -> None:
         print(f"wrote {routes.write()}")
 
 
+def read_routes(versions: t.Sequence[str] | None) -> None:
+    """SGLang's routes only (the logger calls are left as recorded)."""
+    package = wheels.PACKAGES["sglang"]
+    chosen = list(versions) if versions else wheels.releases_to_read("sglang", wheels.published_versions(package))
+    for version, wheel in wheels.download_all(package, chosen).items():
+        if isinstance(wheel, wheels.ToolError):
+            raise wheel
+        routes.record_version(version, str(wheel))
+    print(f"wrote {routes.write()}")
+
+
 def main(argv: t.Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.engine_source", description=__doc__.split("\n\n")[1])
-    parser.add_argument("command", nargs="?", choices=("extract", "table", "all"), default="all")
+    parser.add_argument("command", nargs="?", choices=("extract", "routes", "table", "all"), default="all")
     parser.add_argument("--engine", choices=ENGINES, action="append", help="an engine to read (default: both)")
     parser.add_argument("--versions", nargs="+", help="read these versions only (default: every release the tool reads)")
     options = parser.parse_args(argv)
@@ -54,6 +66,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         if options.command in ("extract", "all"):
             for engine in options.engine or ENGINES:
                 extract_engine(engine, options.versions)
+        if options.command == "routes":
+            read_routes(options.versions)
         if options.command in ("table", "all"):
             DOC.write_text(table.render(), encoding="utf-8")
             print(f"wrote {DOC}")

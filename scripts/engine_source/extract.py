@@ -241,7 +241,7 @@ def log_format_of(path: str, engine: str) -> tuple[str | None, str | None]:
 
 
 def _constants(tree: ast.AST) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = format_string(node.value)

@@ -12,7 +12,22 @@ import typing as t
 
 PLACEHOLDER = "\x00"
 # what a %-conversion or an f-string value is filled with: plausible, and holding no word a rule looks for
-_VALUES = {"s": "value", "r": "'value'", "a": "'value'", "d": "2", "i": "2", "u": "2", "f": "1.5", "F": "1.5", "e": "1.5e+00", "g": "1.5", "x": "1f", "X": "1F", "o": "7", "c": "c"}
+_VALUES = {
+    "s": "value",
+    "r": "'value'",
+    "a": "'value'",
+    "d": "2",
+    "i": "2",
+    "u": "2",
+    "f": "1.5",
+    "F": "1.5",
+    "e": "1.5e+00",
+    "g": "1.5",
+    "x": "1f",
+    "X": "1F",
+    "o": "7",
+    "c": "c",
+}
 _CONVERSION = re.compile(r"%(?:\(([^)]*)\))?[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d+))?([diouxXeEfFgGcrsa%])")
 WHEN = datetime.datetime(2026, 12, 2, 5, 10, 11)
 PID = 1234

@@ -35,6 +35,7 @@ DECORATORS = {"get": ["GET"], "post": ["POST"], "put": ["PUT"], "delete": ["DELE
 HEALTH_SWITCH = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
 READY_WORDS = "ready to roll"
 PATH = DATA / "sglang-routes.json"
+METRICS_MOUNT = re.compile(r"""Mount\(\s*["']/metrics["']""")
 _seen: dict[str, dict[str, t.Any]] = {}
 
 
@@ -58,7 +59,7 @@ def _route_of(decorator: ast.expr) -> tuple[str, list[str]] | None:
 def _handler_facts(function: ast.AST, path: str) -> dict[str, t.Any]:
     """Whether the handler generates (sends a request to the schedulers), unless the health switch says no."""
     source = ast.unparse(function)
-    generates = "generate_request" in source or "health_generate" in source and path != "/health_generate" and "await health_generate" in source
+    generates = "generate_request" in source or ("health_generate" in source and path != "/health_generate" and "await health_generate" in source)
     deprecated = False
     for node in ast.walk(function):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LEVELS and node.args:
@@ -78,9 +79,14 @@ def routes_of_wheel(wheel_path: str) -> dict[str, t.Any]:
     switch_default = None
     with zipfile.ZipFile(wheel_path) as wheel:
         for name in sorted(wheel.namelist()):
-            if name == "sglang/srt/environ.py" or name.endswith("/environ.py") and name.startswith("sglang/srt/"):
+            if name == "sglang/srt/environ.py" or (name.endswith("/environ.py") and name.startswith("sglang/srt/")):
                 found = re.search(HEALTH_SWITCH + r"\s*=\s*EnvBool\((True|False)\)", wheel.read(name).decode("utf-8", "replace"))
                 switch_default = found.group(1) == "True" if found else switch_default
+            if name.startswith("sglang/srt/") and name.endswith(".py") and "/metrics" not in routes:
+                mounted = METRICS_MOUNT.search(wheel.read(name).decode("utf-8", "replace"))
+                if mounted:
+                    # prometheus' app, mounted by add_prometheus_middleware with --enable-metrics
+                    routes["/metrics"] = {"methods": ["GET"], "handler": "add_prometheus_middleware", "file": name, "deprecated": False}
             if not ROUTE_FILES.match(name):
                 continue
             tree = ast.parse(wheel.read(name).decode("utf-8", "replace"))

@@ -4,9 +4,11 @@ logger calls print, and the lines the code survives that the classifier would st
 from __future__ import annotations
 
 import collections
+import re
 import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify_line, load_rules
+from scripts.engine_source import routes
 from scripts.engine_source.data import load, version_key
 from scripts.engine_source.lines import lines_of
 
@@ -65,12 +67,16 @@ def version_rows(data: t.Mapping[str, t.Any], judged: t.Mapping[tuple[str, int],
                 counter["survived, fatal"] += 1
             if call["outcome"] == "request" and event_class != "request_error":
                 counter["request, not request_error"] += 1
-    header = "| version | calls | fatal | allowlisted | request-level | unrecognized | other | not literal | code: raises/exits | code: answers a request | survived lines judged fatal |"
-    rows = [header, "| --- " * 11 + "|"]
+    header = (
+        "| version | logger calls | message families | fatal | allowlisted | request-level | unrecognized | other | not literal"
+        " | code: raises/exits | code: answers a request | survived lines judged fatal |"
+    )
+    rows = [header, "| --- " * 12 + "|"]
     for version in sorted(counts, key=version_key):
         count = counts[version]
         rows.append(
-            f"| {version} | {count['calls']} | {count['fatal']} | {count['allowlisted']} | {count['request_error']} | {count['unrecognized']} "
+            f"| {version} | {data['versions'][version]['calls']} | {count['calls']} | {count['fatal']} | {count['allowlisted']}"
+            f" | {count['request_error']} | {count['unrecognized']} "
             f"| {count['other']} | {count['not literal']} | {count['outcome fatal']} | {count['outcome request']} | {count['survived, fatal']} |"
         )
     return rows
@@ -84,7 +90,15 @@ def span(versions: t.Iterable[str], every: t.Sequence[str]) -> str:
     return f"{seen[0]} to {seen[-1]} ({len(seen)} of {len(every)})"
 
 
+# the message reads as a Python exception line: a rule could not tell it from a traceback's last line
+EXCEPTION_LIKE = re.compile(r"^(?:[A-Z]\w*(?:Error|Exception)|Error|Exception): ")
+
+
 def left_fatal_reason(call: t.Mapping[str, t.Any]) -> str:
+    if EXCEPTION_LIKE.match(call["format"] or ""):
+        return "it reads as a Python exception line (`Error: ...`): no rule can tell it from the last line of a traceback"
+    if call["outcome"] == "request":
+        return "it answers one request with an error, but its words name no request (too general for a rule), or it is a control route's"
     for needle, reason in LEFT_FATAL_REASONS:
         if needle in (call["level"], "") or needle in "/" + call["file"]:
             return reason
@@ -107,7 +121,7 @@ def survivor_rows(data: t.Mapping[str, t.Any], judged: t.Mapping[tuple[str, int]
             rules = sorted({f"`{rule}`" if rule else event_class for event_class, rule, _ in outcomes.values()})
             covered.append(f"| {where} | `{message}` | {call['outcome']} | {span(call['lines'], every)} | {', '.join(rules)} |")
         else:
-            reason = "answers one request with an error, but its message has no request-level rule yet" if call["outcome"] == "request" else left_fatal_reason(call)
+            reason = left_fatal_reason(call)
             left.append(f"| {where} | `{message}` | {call['outcome']} | {span(fatal_in, every)} | {reason} |")
     return covered, left
 
@@ -136,7 +150,8 @@ without the `(EngineCore_DP0 pid=N)` process prefix; SGLang: its `configure_logg
 scheduler `TP0` and from the HTTP server) with its `%s` and f-string values filled in, and the
 collection's classifier judges it; a call counts under the worst class of its lines.
 
-Columns: **fatal** fails a restart or a precheck; **allowlisted** is harmless by a rule;
+**logger calls** counts the calls of the version; the other columns count their message families
+(a call per file, level, message and outcome). Columns: **fatal** fails a restart or a precheck; **allowlisted** is harmless by a rule;
 **request-level** is about one request (counted, never a failure alone); **unrecognized** is a
 warning no rule knows (reported, a failure only in strict mode); **other** is information or
 progress; **not literal** is a call whose message is a variable (not judged). A warning the code
@@ -145,8 +160,38 @@ A `logger.exception` line (**traceback**) is followed by a traceback, judged by 
 """
 
 
+ROUTES_INTRO = """## SGLang's HTTP routes (the simulator's and the defaults' reference)
+
+Read from each wheel's HTTP server (`sglang/srt/entrypoints/http_server.py`, `sglang/srt/server.py`
+before 0.4.1, and the routers it includes): **G** served and generates a token (for `/health`, with
+`SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION` at its default), **D** served and logs that it is deprecated,
+**+** served, **-** not served. `tests/unit/test_sglang_conformance.py` holds the simulator
+(`tests/harness/simulator/sglang_sim.py`) and the roles' defaults to the newest release's row.
+"""
+
+
+def _route_cell(route: t.Mapping[str, t.Any] | None) -> str:
+    if route is None:
+        return "-"
+    if route.get("generates"):
+        return "G"
+    return "D" if route.get("deprecated") else "+"
+
+
+def routes_section() -> list[str]:
+    table = routes.load()
+    header = "| version | " + " | ".join(f"`{path}`" for path in routes.ROUTES) + " | ready line | log record |"
+    rows = [ROUTES_INTRO, header, "| --- " * (len(routes.ROUTES) + 3) + "|"]
+    for version in sorted(table, key=version_key):
+        release = table[version]
+        cells = " | ".join(_route_cell(release["routes"].get(path)) for path in routes.ROUTES)
+        rows.append(f"| {version} | {cells} | {release['ready_line'] or '-'} | `{release['log_format'] or '-'}` |")
+    return rows
+
+
 def render() -> str:
     sections = [INTRO]
     for engine in ("vllm", "sglang"):
         sections.append("\n".join(engine_section(engine)))
+    sections.append("\n".join(routes_section()))
     return "\n".join(sections).rstrip() + "\n"
