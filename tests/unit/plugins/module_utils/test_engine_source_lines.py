@@ -66,7 +66,12 @@ FAMILIES = [
         "vllm-request-stream-error",
         "request_error",
         "vllm",
-        ("Error in chat completion stream generator.", "Error in completion stream generator.", "Error in %s stream generator.", "Background request failed for %s"),
+        (
+            "Error in chat completion stream generator.",
+            "Error in completion stream generator.",
+            "Error in %s stream generator.",
+            "Background request failed for %s",
+        ),
         ENGINE_DEAD,
         "serving_chat.py",
     ),
@@ -92,7 +97,13 @@ FAMILIES = [
         "sglang-request-error",
         "request_error",
         "sglang",
-        (f"[http_server] Error: {V}", f"Error in request: {V}", f"Reasoning parsing error: {V}", "Error during tokenization", "Error in preprocessing prompt inputs"),
+        (
+            f"[http_server] Error: {V}",
+            f"Error in request: {V}",
+            f"Reasoning parsing error: {V}",
+            "Error during tokenization",
+            "Error in preprocessing prompt inputs",
+        ),
         # http_server.py's warmup request failing at start: logger.error, then kill_process_tree
         "[2026-12-02 05:10:11] Initialization failed. warmup error: AssertionError",
         "http_server.py",
