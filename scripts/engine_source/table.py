@@ -115,13 +115,14 @@ def survivor_rows(data: t.Mapping[str, t.Any], judged: t.Mapping[tuple[str, int]
         if call["format"] is None or call["outcome"] == "fatal" or call["level"] == "WARNING":
             continue
         outcomes = {version: judged[(version, index)] for version in call["lines"]}
-        fatal_in = [version for version, (event_class, _, _) in outcomes.items() if event_class == "fatal"]
+        classes = {version: judged_as[0] for version, judged_as in outcomes.items()}
+        fatal_in = [version for version, event_class in classes.items() if event_class == "fatal"]
         message = call["format"].replace("\x00", "{}").replace("|", "\\|").replace("\n", " ")[:140]
         where = f"`{call['file']}` ({call['level']}{', traceback' if call['exc_info'] else ''})"
-        if not fatal_in and not any(event_class in ("allowlisted", "request_error") for event_class, _, _ in outcomes.values()):
+        if not fatal_in and not any(event_class in ("allowlisted", "request_error") for event_class in classes.values()):
             unrecognized += 1
         elif not fatal_in:
-            rules = sorted({f"`{rule}`" if rule else event_class for event_class, rule, _ in outcomes.values()})
+            rules = sorted({f"`{rule}`" if rule else event_class for event_class, rule, _lines in outcomes.values()})
             covered.append(f"| {where} | `{message}` | {call['outcome']} | {span(call['lines'], every)} | {', '.join(rules)} |")
         else:
             reason = left_fatal_reason(call)

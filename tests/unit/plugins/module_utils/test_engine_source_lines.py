@@ -130,7 +130,7 @@ def recorded(engine_data: dict[str, Any], formats: tuple[str, ...]) -> list[tupl
 def test_a_family_is_judged_by_its_rule_in_every_version_that_logs_it(family: Family, recorded_data: dict[str, Any], rules: dict[str, Any]) -> None:
     engine_data = recorded_data[family.engine]
     found = recorded(engine_data, family.formats)
-    assert {call["format"] for _, call in found} == set(family.formats), "a format string of the family is not in the recorded source"
+    assert {call["format"] for _version, call in found} == set(family.formats), "a format string of the family is not in the recorded source"
     settings = engine_data["versions"]
     for version, call in found:
         number = call["lines"][version]
@@ -140,7 +140,7 @@ def test_a_family_is_judged_by_its_rule_in_every_version_that_logs_it(family: Fa
             got = classify_line(line, rules=rules[family.engine])
             assert (got["class"], got["rule"]) == (family.event_class, family.rule), (version, line, got)
     # a line of one of the family's files that must stay fatal
-    assert family.fatal_file in {call["file"].rsplit("/", 1)[-1] for _, call in found}
+    assert family.fatal_file in {call["file"].rsplit("/", 1)[-1] for _version, call in found}
     assert classify_line(family.fatal, rules=rules[family.engine])["class"] == "fatal", family.fatal
 
 
@@ -149,10 +149,10 @@ def test_a_rule_names_a_file_and_the_versions_its_lines_were_seen_in(family: Fam
     found = recorded(recorded_data[family.engine], family.formats)
     pack = VLLM if family.engine == "vllm" else SGLANG
     reference = next(rule["reference"] for rule in pack if rule["id"] == family.rule)
-    versions = sorted({version for version, _ in found}, key=data.version_key)
+    versions = sorted({version for version, _call in found}, key=data.version_key)
     first, last = (re.sub(r"\.post\d+$", "", version) for version in (versions[0], versions[-1]))
     assert re.search(rf"{re.escape(first)}(?:\.\d+)? to {re.escape(last)}\b", reference), (first, last, reference)
-    assert any(call["file"].rsplit("/", 1)[-1] in reference for _, call in found), reference
+    assert any(call["file"].rsplit("/", 1)[-1] in reference for _version, call in found), reference
 
 
 # whole logs: the held-out families as a user meets them, in a start that served
