@@ -28,7 +28,10 @@ LEVELS = {
 }
 LOGGER_NAMES = re.compile(r"^_?(?:logger|log|LOGGER|_LOGGER)$")
 FATAL, REQUEST, SURVIVED = "fatal", "request", "survived"
-EXIT_CALLS = {("sys", "exit"), ("os", "_exit"), ("", "exit"), ("", "_exit"), ("os", "abort"), ("", "kill_process_tree")}
+EXIT_CALLS = {("sys", "exit"), ("os", "_exit"), ("", "exit"), ("", "_exit"), ("os", "abort"), ("os", "kill"), ("", "kill_process_tree")}
+# calls that end the server whatever they are called on: SGLang's subprocesses send SIGQUIT to the
+# launcher (parent_process.send_signal), which then kills the whole tree
+ENDING_METHODS = {"send_signal", "kill_process_tree"}
 # an error answer to one request (vLLM's serving_*.py, SGLang's http_server.py and serving_*.py)
 ERROR_RESPONSES = {
     "create_error_response",
@@ -190,7 +193,7 @@ def _decides(statement: ast.stmt) -> str | None:
         value = statement.value
         if isinstance(value, (ast.Yield, ast.Await)) and value.value is not None and _is_error_response(value.value):
             return REQUEST
-        if isinstance(value, ast.Call) and _call_name(value) in EXIT_CALLS:
+        if isinstance(value, ast.Call) and (_call_name(value) in EXIT_CALLS or _call_name(value)[1] in ENDING_METHODS):
             return FATAL
     return None
 
