@@ -19,6 +19,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._classifier impo
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import SGLANG, VLLM
 from scripts.engine_source import data, table
 from scripts.engine_source.lines import lines_of
+from tests.unit.conftest import corpus_logs
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -156,25 +157,49 @@ def test_a_rule_names_a_file_and_the_versions_its_lines_were_seen_in(family: Fam
 
 
 # whole logs: the held-out families as a user meets them, in a start that served
-MODEL_NOT_FOUND = (
-    "ERROR 06-10 07:32:37 [serving_chat.py:136] Error with model object='error' message='The model `x` does not exist.' "
-    "type='NotFoundError' param=None code=404"
-)
+# the FA fallback line as vLLM 0.11 printed it on an older GPU (the line the rule was written for)
 FA_FALLBACK = (
     "ERROR 06-10 07:31:02 [fa_utils.py:57] Cannot use FA version 2 is not supported due to FA2 is only supported on devices with compute capability >= 8"
 )
 
 
-def test_a_start_that_served_a_wrong_model_name_passes_and_counts_it() -> None:
-    log = (REPO / "tests/unit/data/corpus/logs/vllm-ready-01.log").read_text(encoding="utf-8").split("# ---- verbatim log below ----\n", 1)[1]
-    lines = log.splitlines()
-    served = "\n".join([*lines[:3], FA_FALLBACK, *lines[3:], MODEL_NOT_FOUND, MODEL_NOT_FOUND.replace("`x`", "`y`")]) + "\n"
-    report = classify(served, engine="vllm")
+def corpus_log(name: str) -> str:
+    return next(log for log in corpus_logs() if log.name == name).body
+
+
+def test_a_real_start_that_answered_a_wrong_model_name_passes_and_counts_it() -> None:
+    """The journal of a real vLLM 0.32.0 (the test fleet) that a client asked for a model it does not serve."""
+    report = classify(corpus_log("vllm-cpu-request-error-01.log"), engine="vllm")
     assert report["verdict"] == "pass", report["reason"]
-    assert [event["rule"] for event in report["allowlisted"] if event["rule"] == "vllm-fa-version-fallback"] == ["vllm-fa-version-fallback"]
-    assert {event["rule"] for event in report["request_error"]} == {"vllm-request-model-not-found"}
-    assert sum(event["count"] for event in report["request_error"]) == 2
-    assert report["counts"]["request_error"] == 2
+    assert [(event["rule"], event["count"]) for event in report["request_error"]] == [("vllm-request-model-not-found", 1)]
+    assert "The model `no-such-model` does not exist" in report["request_error"][0]["message"]
+    assert report["fatal"] == [] and report["counts"]["request_error"] == 1
+
+
+def test_a_start_that_fell_back_from_flash_attention_passes() -> None:
+    lines = corpus_log("vllm-ready-01.log").splitlines()
+    report = classify("\n".join([*lines[:3], FA_FALLBACK, *lines[3:]]) + "\n", engine="vllm")
+    assert report["verdict"] == "pass", report["reason"]
+    assert "vllm-fa-version-fallback" in {event["rule"] for event in report["allowlisted"]}
+
+
+def test_a_traceback_logged_by_a_request_level_line_is_the_request_s_unless_the_engine_died() -> None:
+    """vLLM's logger.exception prints the traceback with the line's own prefix on every line."""
+    prefix = "(APIServer pid=94) ERROR 12-03 12:37:26 [serving.py:290] "
+    lines = corpus_log("vllm-cpu-request-error-01.log").splitlines()
+    traceback = [
+        "Error in preprocessing prompt inputs",
+        "Traceback (most recent call last):",
+        '  File "/opt/vllm/lib/python3.11/site-packages/vllm/entrypoints/openai/chat_completion/serving.py", line 280, in create_chat_completion',
+        "    conversation, engine_prompts = await self._preprocess_chat(",
+        "ValueError: This model's maximum context length is 2048 tokens. However, you requested 4096 tokens in the messages.",
+    ]
+    one_request = classify("\n".join([*lines, *(prefix + line for line in traceback)]) + "\n", engine="vllm")
+    assert one_request["verdict"] == "pass" and one_request["fatal"] == [], one_request["reason"]
+    assert {event["rule"] for event in one_request["request_error"]} == {"vllm-request-model-not-found", "vllm-request-preprocessing-error"}
+    traceback[-1] = "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."
+    engine_died = classify("\n".join([*lines, *(prefix + line for line in traceback)]) + "\n", engine="vllm")
+    assert [event["rule"] for event in engine_died["fatal"]] == ["vllm-engine-dead"], engine_died["fatal"]
 
 
 def test_the_docs_table_is_what_the_tool_makes_of_the_recorded_calls() -> None:
