@@ -18,8 +18,8 @@ setup:
 test: setup lint sanity unit integration
 
 lint: setup
-	$(BIN)/ruff check plugins tests bench extensions
-	$(BIN)/ruff format --check plugins tests bench extensions
+	$(BIN)/ruff check plugins tests bench extensions scripts
+	$(BIN)/ruff format --check plugins tests bench extensions scripts
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
 	$(BIN)/mypy extensions/eda/plugins/event_source
 	$(BIN)/ansible-lint --profile production

@@ -33,6 +33,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._lines import (
     record_message,
 )
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import EVENT_CLASSES, MAX_EVENTS_PER_CLASS, rank_order, verdict_of
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ANY_EXCEPTION_RULES
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import (
     CLASSES,
     ENGINES,
@@ -47,6 +48,8 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._rules import (
 __all__ = ["ENGINES", "RuleError", "Scanner", "check_rules", "classify", "classify_line", "load_rules"]
 
 MAX_TRACEBACK_LINES = 60
+# how far after a request-level line its traceback may begin (vLLM prints it on the next line)
+REQUEST_TRACEBACK_GAP = 2
 MAX_SHAPES = 50_000
 # bytes of line shapes the cache may hold: one long line each time must not make memory grow
 MAX_SHAPE_BYTES = 1 << 24
@@ -231,6 +234,8 @@ class _OpenTraceback:
         self._last_frame = (header.number, header.text)
         context = header.message.rstrip()[: -len(TRACEBACK_HEADER)].rstrip(" :")
         self.context = context or None
+        # the request-level rule of the line that logged this traceback (vLLM's logger.exception about one request)
+        self.request_rule: Rule | None = None
 
     @property
     def last(self) -> ParsedLine:
@@ -293,7 +298,9 @@ class Scanner:
         self._shapes: dict[bytes, _Decision] = {}
         self._keys: dict[str, str] = {}
         self._frames: set[bytes] = set()
-        self._traceback_rules: dict[tuple[str, str, str, str], tuple[str, Rule | None]] = {}
+        self._traceback_rules: dict[tuple[str | None, ...], tuple[str, Rule | None]] = {}
+        # the last request-level line: (its stream prefix, line number, rule)
+        self._request_line: tuple[str | None, int, Rule] | None = None
         self._shape_bytes = 0
         self._pending_bar: tuple[bytes, int, str | None, Rule] | None = None
         self._traceback: _OpenTraceback | None = None
@@ -544,7 +551,7 @@ class Scanner:
         """A line whose shape was seen before: count it, and look closer only where it adds something
         (``line``: the line parsed already, if it was)."""
         if known is _OPENS:
-            self._traceback = _OpenTraceback(line or parse(clean(raw)[-1], self.line_number, pid))
+            self._open_traceback(line or parse(clean(raw)[-1], self.line_number, pid))
             return
         if known is _BLOB:
             self.blob_lines += 1
@@ -581,7 +588,7 @@ class Scanner:
             self.counts["info"] += 1
             return _BLOB
         if line.opens_traceback():
-            self._traceback = _OpenTraceback(line)
+            self._open_traceback(line)
             return _OPENS
         rule = self.rules.match(line.message, line.level, found)
         if rule is None or rule.rule_class == "info":
@@ -592,8 +599,19 @@ class Scanner:
         self._apply(rule, line, key)
         return _Decision(_BAR if rule.progress_bar else _RULED, rule, key=key, streamed=line.stream is not None)
 
+    def _open_traceback(self, header: ParsedLine) -> None:
+        """Open a traceback; one that a request-level line logged (right after it, with the same
+        stream prefix as vLLM prints it, or none as SGLang does) is that request's, unless its
+        exception names a failure of the server."""
+        traceback = self._traceback = _OpenTraceback(header)
+        request = self._request_line
+        if request is not None and header.stream in (request[0], None) and 0 < header.number - request[1] <= REQUEST_TRACEBACK_GAP:
+            traceback.request_rule = request[2]
+
     def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
         """What a classified line adds to the report (its count is already taken)."""
+        if rule.rule_class == "request_error":
+            self._request_line = (line.stream, line.number, rule)
         if rule.rule_class in self.events:
             self._record(rule.rule_class, rule, line, key=key)
         elif rule.rule_class == "ready" and self.ready_line is None:
@@ -711,7 +729,7 @@ class Scanner:
         summary.rank = header.rank or summary.rank
         summary.timestamp = header.timestamp or summary.timestamp
         summary.number = header.number
-        event_class, rule = self._traceback_rule(summary, header)
+        event_class, rule = self._traceback_rule(summary, header, traceback.request_rule)
         self.counts[event_class] += traceback.line_count
         event = self._record(event_class, rule, summary)
         if event is not None:
@@ -720,16 +738,19 @@ class Scanner:
                 event.context = None if traceback.context is None else self.redact(traceback.context)
                 event.traceback = [self.redact(text) for text in traceback.text()]
 
-    def _traceback_rule(self, summary: ParsedLine, header: ParsedLine) -> tuple[str, Rule | None]:
+    def _traceback_rule(self, summary: ParsedLine, header: ParsedLine, request_rule: Rule | None = None) -> tuple[str, Rule | None]:
         """The class and rule of a traceback, from its exception line or its header; remembered,
-        as the same traceback is logged by every rank."""
-        asked = (summary.message, summary.level, header.message, header.level)
+        as the same traceback is logged by every rank. A request-level line's traceback is
+        request-level, unless a fatal rule that names a failure (not just an exception) matches it."""
+        asked = (summary.message, summary.level, header.message, header.level, request_rule.id if request_rule else None)
         found = self._traceback_rules.get(asked)
         if found is None:
             rule = self.rules.match(summary.message, summary.level) or self.rules.match(header.message, header.level)
             event_class = "allowlisted" if rule is not None and rule.rule_class == "allowlisted" else "fatal"
             if event_class == "fatal" and (rule is None or rule.rule_class != "fatal"):
                 rule = self.rules.match(TRACEBACK_HEADER, "none")
+            if request_rule is not None and event_class == "fatal" and (rule is None or rule.id in ANY_EXCEPTION_RULES):
+                event_class, rule = "request_error", request_rule
             if len(self._traceback_rules) >= MAX_KEYS:
                 self._traceback_rules.clear()
             found = self._traceback_rules[asked] = (event_class, rule)
@@ -837,7 +858,7 @@ class Scanner:
         return report
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 _EVENT_FIELDS = ("count", "first_line", "last_line", "first_timestamp", "last_timestamp", "level", "context", "traceback")
 
 

@@ -131,6 +131,7 @@ FLOORS: dict[str, Floor] = {
     "history_stall_floor": SECONDS,
     "history_slow_ratio": Floor(1, True, "a number"),
     "history_fleet_ratio": Floor(1, True, "a number"),
+    "request_error_limit": Floor(0, True, "a whole number"),
     "canary_requests": Floor(1, True, "a whole number"),
     "canary_concurrency": Floor(1, True, "a whole number"),
     "canary_prompt_tokens": Floor(1, True, "a whole number"),
@@ -140,7 +141,7 @@ FLOORS: dict[str, Floor] = {
 
 def floor_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
     """The options of ``args`` below their floor (FLOORS), each named with ``prefix``."""
-    return [floor.refusal(f"{prefix}{name}", args[name]) for name, floor in FLOORS.items() if name in args and not floor.holds(args[name])]
+    return [floor.refusal(f"{prefix}{name}", args[name]) for name, floor in FLOORS.items() if args.get(name) is not None and not floor.holds(args[name])]
 
 
 def wait_option_problems(args: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
@@ -261,6 +262,8 @@ ROLE_ONLY_OPTIONS: Spec = {
     # the end-of-play summary names a host whose start took this many times its peers' (same configuration)
     "history_fleet_ratio": {"type": "float", "default": 2},
     "fail_on_new": {"type": "bool", "default": False},
+    # how many lines about one request each (request_error) the invocation may hold; none: no limit
+    "request_error_limit": {"type": "int", "default": None},
     # the performance canary after the gates (module_utils/_canary); its URL is the health URL's server
     "canary": {"type": "bool", "default": False},
     "canary_requests": {"type": "int", "default": 16},
@@ -308,7 +311,7 @@ ROLE_SPECS: dict[str, Spec] = {
         *_CLASSIFIED_LOOK,
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact", "journal_grep", "incremental"),
-        *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new"),
+        *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new", "request_error_limit"),
         *CANARY_OPTIONS,
     ),
 }

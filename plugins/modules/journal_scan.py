@@ -134,13 +134,20 @@ allowlisted:
     - message: "CUTE_DSL - WARNING - [handle_import_error] - Unexpected error during package walk: cutlass.cute.experimental"
       count: 8
       rule: sglang-cute-dsl-package-walk
+request_error:
+  description:
+    - Lines about one request each (a model name that does not exist, a bad parameter, a tool-call parser failing
+      on one output), with the traceback logged right after such a line, as events like RV(fatal); never a failure alone.
+  returned: always
+  type: list
+  elements: dict
 unrecognized:
   description: Warnings and errors no rule knows, as events like RV(fatal), each with a C(suggested_rule) to allowlist it.
   returned: always
   type: list
   elements: dict
 counts:
-  description: Lines per class (fatal, allowlisted, unrecognized, ready, progress, info).
+  description: Lines per class (fatal, allowlisted, request_error, unrecognized, ready, progress, info).
   returned: always
   type: dict
 lines:

@@ -13,6 +13,9 @@ description:
     C(systemctl show), as the other modules of the collection read it, numeric properties as integers.
   - A unit that does not exist is not an error - RV(unit) says C(LoadState=not-found); the roles refuse it.
   - Never changes anything; it does not read the journal (M(inferops.runbooks.service_probe) does).
+  - Also reads C(ExecStart) and C(TimeoutStopSec) - when the command line asks vLLM to drain its running requests
+    on a stop (C(--shutdown-timeout N), vLLM 0.18 and later) and systemd would kill the unit before the drain (and
+    15 s of engine teardown) is over, it warns and says which C(TimeoutStopSec) to set (RV(graceful_shutdown)).
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
@@ -49,11 +52,23 @@ unit:
     InvocationID: 5c6f1b0d2a0e4f7b9a3c8e1d2f4a6b8c
     ExecMainStatus: 0
     Result: success
+graceful_shutdown:
+  description:
+    - What a stop does to vLLM's drain - C(shutdown_timeout) (the seconds of C(--shutdown-timeout) in C(ExecStart), null when
+      not given), C(stop_timeout) (C(TimeoutStopSec) in seconds, null for none), C(cut_short) (systemd would kill the unit
+      before the drain and the engine's teardown end) and C(warning) (what to set, also given as a warning).
+  returned: always
+  type: dict
+  sample:
+    shutdown_timeout: 60
+    stop_timeout: 20.0
+    cut_short: true
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import UNIT_OPTIONS, merged  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._shutdown import PROPERTIES, graceful_shutdown, show_values  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import SystemdError, unit_name_problem, unit_state  # noqa: E402
 
 
@@ -68,7 +83,17 @@ def main() -> None:
         state = unit_state(unit, systemctl=systemctl)
     except SystemdError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, unit=state)
+    module.exit_json(changed=False, unit=state, graceful_shutdown=stop_and_drain(module, systemctl, unit))
+
+
+def stop_and_drain(module: AnsibleModule, systemctl: str, unit: str) -> dict[str, object]:
+    """vLLM's drain on a stop against the unit's stop timeout; a warning when the stop would cut it short."""
+    argv = [systemctl, "show", unit, "--no-pager", *(f"--property={name}" for name in PROPERTIES)]
+    code, out, _err = module.run_command(argv)
+    found = graceful_shutdown(show_values(out) if code == 0 else {}, unit)
+    if found["warning"]:
+        module.warn(str(found["warning"]))
+    return found
 
 
 if __name__ == "__main__":

@@ -251,13 +251,20 @@ allowlisted:
   returned: always
   type: list
   elements: dict
+request_error:
+  description:
+    - Lines about one request each (a model name that does not exist, a bad parameter, a tool-call parser failing
+      on one output), with the traceback logged right after such a line, as events like RV(fatal); never a failure alone.
+  returned: always
+  type: list
+  elements: dict
 unrecognized:
   description: Warnings no rule knows, each with a C(suggested_rule) to paste into O(extra_rules).
   returned: always
   type: list
   elements: dict
 counts:
-  description: Lines per class (fatal, allowlisted, unrecognized, ready, progress, info).
+  description: Lines per class (fatal, allowlisted, request_error, unrecognized, ready, progress, info).
   returned: always
   type: dict
 stale_rules:

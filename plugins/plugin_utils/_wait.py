@@ -689,6 +689,7 @@ class Wait:
             "progress": total.get("progress"),
             "fatal": total["fatal"],
             "allowlisted": total["allowlisted"],
+            "request_error": total.get("request_error") or [],
             "unrecognized": total["unrecognized"],
             "counts": total.get("counts") or {},
             "stale_rules": total.get("stale_rules") or [],

@@ -385,3 +385,34 @@ def test_deploy_a_real_flag_then_roll_back_a_bad_one(fleet: Fleet, vllm_host: st
     assert re.search(r"unrecognized arguments: --no-such-flag|no-such-flag", flat(run.output))
     assert served(fleet, vllm_host)["max_model_len"] == half
     assert fleet.unit_property(vllm_host, "InvocationID", unit=UNIT) not in ("", passed)
+
+
+WRONG_MODEL = (
+    "import json, urllib.error, urllib.request as u\n"
+    "body = json.dumps({'model': 'no-such-model', 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 1}).encode()\n"
+    f"request = u.Request('http://127.0.0.1:{PORT}/v1/chat/completions', body, {{'Content-Type': 'application/json'}})\n"
+    "try:\n"
+    "    print(u.urlopen(request, timeout=60).status)\n"
+    "except urllib.error.HTTPError as exc:\n"
+    "    print(exc.code)\n"
+)
+
+
+def test_a_request_for_a_model_the_server_does_not_serve_is_a_request_error(fleet: Fleet, vllm_host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """A client asks the real server for a model name it does not serve: vLLM logs an ERROR line
+    (``Error with model ...``, vllm/entrypoints/openai/chat_completion/serving.py) and answers that request
+    404. The precheck of the server passes, counting and naming it; past a request error limit it fails."""
+    start_until_healthy(fleet, vllm_host)
+    assert fleet.ssh(vllm_host, f"python3 -c {shlex.quote(WRONG_MODEL)}").stdout.strip() == "404"
+    precheck = run_playbook(PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path)})
+    checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    assert precheck.returncode == 0, precheck
+    assert (checked["verdict"], checked["fatal"]) == ("pass", []), checked["msg"]
+    assert (checked["request_errors"]["count"], checked["request_errors"]["rule"]) == (1, "vllm-request-model-not-found"), checked["request_errors"]
+    assert "no-such-model" in checked["request_errors"]["first"] and "1 request(s) answered with an error" in checked["msg"]
+    limited = run_playbook(
+        PRECHECK, extra_vars={"vllm_hosts": vllm_host, "sglang_precheck_report_dir": str(tmp_path), "sglang_precheck_request_error_limit": 0}
+    )
+    assert limited.returncode != 0, limited
+    checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
+    assert (checked["verdict"], checked["reason"]) == ("fail", "request_errors"), checked["msg"]

@@ -53,3 +53,22 @@ def test_restart_and_precheck_vllm_by_name(fleet: Fleet, host: str, run_playbook
     assert fleet.unit_property(host, "InvocationID", unit=UNIT) == after
     # the SGLang unit next to it was never started
     assert fleet.unit_property(host, "ActiveState") == "inactive"
+
+
+DRAIN_DROPIN = "/etc/systemd/system/vllm.service.d/drain.conf"
+
+
+def test_the_preflight_warns_when_the_stop_would_cut_vllms_drain_short(fleet: Fleet, host: str, run_playbook: RunPlaybook) -> None:
+    """vllm.service stops within TimeoutStopSec=20 (the unit's); a command line that asks vLLM to drain its
+    running requests for 60 s on a stop is warned about, with the TimeoutStopSec to set, and the restart goes on."""
+    command = "/usr/bin/python3 -u /opt/sglang-sim/sglang_sim.py --shutdown-timeout 60"
+    dropin = f"[Service]\\nExecStart=\\nExecStart={command}\\n"
+    fleet.ssh(host, f"mkdir -p {Path(DRAIN_DROPIN).parent} && printf '{dropin}' > {DRAIN_DROPIN} && systemctl daemon-reload")
+    try:
+        fleet.ssh(host, f"mkdir -p /etc/vllm-sim && printf 'SIM_SPEED=0.15\\nSIM_WARMUP_SECONDS=1\\n' > {SCENARIO_FILE} && systemctl start {UNIT}")
+        restart = run_playbook("playbooks/restart_vllm.yml", extra_vars={**QUICK, "vllm_hosts": host})
+        assert restart.returncode == 0, restart
+        assert "--shutdown-timeout 60" in restart.output and "TimeoutStopSec=20s" in restart.output, restart.output
+        assert "TimeoutStopSec=75" in restart.output, restart.output
+    finally:
+        fleet.ssh(host, f"rm -f {DRAIN_DROPIN} && systemctl daemon-reload")

@@ -171,6 +171,9 @@ TRANSFORMERS_CACHE_WARNING = (
 UNKNOWN_ERROR_LINE = "Frobnicator returned error state 7, continuing"
 SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
 READY_LINE = "The server is fired up and ready to roll!"
+# since SGLang 0.5, /health generates one token as /health_generate does (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
+# on by default): docs/engine-source.md, tests/unit/test_sglang_conformance.py
+GENERATING_HEALTH_PATHS = ("/health", "/health_generate")
 CUDA_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.99 GiB. GPU {rank} has a total capacity of 139.81 GiB "
     "of which 1.37 GiB is free. Process {pid} has 138.43 GiB memory in use. Of the allocated memory 134.20 GiB is allocated "
@@ -1003,7 +1006,7 @@ class SimApp:
             time.sleep(self.cfg.health_delay)
         if not self.state.healthy.is_set():
             return Response(503, b"", "text/plain")
-        if request.path == "/health_generate":
+        if request.path in GENERATING_HEALTH_PATHS:
             self.sim.log_batch(prompt_tokens=1)
         return Response(200, b"", "text/plain")
 

@@ -254,3 +254,10 @@ def test_the_canary_variables_are_checked_before_anything_is_touched() -> None:
     assert "sglang_restart_canary_on_fail must be one of fail, warn, got 'ignore'" in problems
     assert any(problem.startswith("sglang_restart_canary_thresholds: ") and "must be '>= N%'" in problem for problem in problems)
     assert any("sglang_restart_canary loads the server of sglang_restart_health_url, which must then be on loopback" in problem for problem in problems)
+
+
+def test_the_request_error_limit_is_none_by_default_and_a_whole_number_of_0_or_more() -> None:
+    problems, _rules, values = check({}, "sglang_precheck")
+    assert problems == [] and values["request_error_limit"] is None
+    assert check({"request_error_limit": "0"}, "sglang_precheck")[2]["request_error_limit"] == 0
+    assert check({"request_error_limit": -1}, "sglang_precheck")[0] == ["sglang_precheck_request_error_limit must be a whole number >= 0, got -1"]

@@ -191,6 +191,7 @@ def test_stats_keep_their_documented_keys() -> None:
         "fatal",
         "unrecognized",
         "allowlisted",
+        "request_errors",
         "counts",
         *canary,
     }

@@ -450,3 +450,24 @@ def test_a_precheck_canary_that_passes_or_has_no_baseline_passes_and_none_is_no_
     assert (first["verdict"], first["canary"]["verdict"]) == ("pass", "inconclusive")
     off = precheck_report(canary={"changed": False, "skipped": True})
     assert off["canary"]["verdict"] is None and not any(line.startswith("performance canary") for line in summary_lines(off))
+
+
+# SGLang's http_server.py (0.4.7 to 0.5.23): logger.error(f"[http_server] Error: {e}"), then the error response
+TOO_LONG = "[2025-03-08 12:31:{:02d}] [http_server] Error: The input (9000 tokens) is longer than the model's context length (4096 tokens)."
+
+
+def test_request_errors_are_counted_and_named_never_a_failure_unless_past_the_limit() -> None:
+    body = next(log for log in corpus_logs() if log.name == READY).body
+    served = body.rstrip("\n") + "\n" + "\n".join(TOO_LONG.format(second) for second in (2, 7, 9)) + "\n"
+    probe = probe_result()
+    probe["journal"] = {**classify(served, rules=load_rules("sglang")), "tail": ["last line"]}
+    report = precheck_report(probe=probe)
+    assert report["reason"] == "ready", report["msg"]
+    assert report["request_errors"] == {"count": 3, "first": TOO_LONG.format(2).split("] ", 1)[1], "rule": "sglang-request-error"}
+    assert "3 request(s) answered with an error in this invocation (not a failure)" in report["msg"]
+    assert "request errors (one request each, not failing): 3 line(s)" in "\n".join(summary_lines(report))
+    assert stats(report)["request_errors"] == 3
+    assert precheck_report(probe=probe, options=options(request_error_limit=3))["reason"] == "ready"
+    limited = precheck_report(probe=probe, options=options(request_error_limit=2))
+    assert (limited["verdict"], limited["reason"]) == ("fail", "request_errors")
+    assert "answered 3 request(s) with an error (request_error_limit 2)" in limited["msg"]
