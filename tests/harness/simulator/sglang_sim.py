@@ -833,6 +833,8 @@ class Request:
     path: str
     headers: Mapping[str, str]
     body: bytes
+    # monotonic time the request reached the server: a generation's tokens are due from it
+    received: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -859,6 +861,13 @@ def parse_json_object(body: bytes) -> dict[str, object] | None:
 def _int_field(payload: Mapping[str, object], name: str, default: int) -> int:
     value = payload.get(name)
     return value if isinstance(value, int) and value > 0 else default
+
+
+def sleep_until(due: float) -> None:
+    """Sleep until the monotonic clock reads ``due`` (not at all when it is past)."""
+    remaining = due - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
 
 
 def complete(prompt: str, max_tokens: int, ignore_eos: bool = False) -> tuple[str, int, int]:
@@ -1061,29 +1070,36 @@ class SimApp:
         if isinstance(prepared, Response):
             return prepared
         _payload, text, prompt_tokens, generation_tokens = prepared
-        for _token in self._decode(prompt_tokens, generation_tokens):
+        for _token in self._decode(prompt_tokens, generation_tokens, request.received):
             pass
         return text, prompt_tokens, generation_tokens
 
-    def _decode(self, prompt_tokens: int, generation_tokens: int) -> Iterator[int]:
+    def _decode(self, prompt_tokens: int, generation_tokens: int, arrived: float) -> Iterator[int]:
         """Yields the index of each token when it is generated: after a free slot (SIM_MAX_RUNNING),
         SIM_GENERATE_SECONDS and SIM_TTFT_SECONDS the first, then one every 1/SIM_TOKENS_PER_SECOND s.
-        Counts the request as running meanwhile, and its TTFT and gaps in the histograms."""
+        Counts the request as running meanwhile, and its TTFT and gaps in the histograms.
+
+        Paced by the clock: token n is due at a time fixed when the request got its slot (its arrival,
+        without SIM_MAX_RUNNING), not after the work done for the tokens before it, so that a simulator
+        given less CPU (a busy machine) still serves at the speed it was told (a late token is sent at
+        once, and the next one is on time again)."""
         cfg = self.cfg
-        arrived = time.monotonic()
         slots = self.state.slots
         if slots is not None:
             slots.acquire()
         self.state.track_running(+1)
         try:
+            # a request that waited for a slot starts when it got one (its wait counts in its TTFT)
+            started = arrived if slots is None else max(arrived, time.monotonic())
+            first_due = started + cfg.generate_seconds + cfg.ttft_seconds
             self.sim.log_batch(prompt_tokens)
-            time.sleep(cfg.generate_seconds + cfg.ttft_seconds)
+            sleep_until(first_due)
             first = last = time.monotonic()
             self.state.observe(ttft=first - arrived)
             yield 0
             for n in range(1, generation_tokens):
                 if cfg.tokens_per_second > 0:
-                    time.sleep(max(0.0, first + n / cfg.tokens_per_second - time.monotonic()))
+                    sleep_until(first_due + n / cfg.tokens_per_second)
                 now = time.monotonic()
                 self.state.observe(itl=now - last)
                 self.sim.count_decode_token()
@@ -1095,7 +1111,7 @@ class SimApp:
                 slots.release()
         self.state.count_generation(prompt_tokens, generation_tokens)
 
-    def _stream(self, payload: Mapping[str, object], text: str, prompt_tokens: int, generation_tokens: int) -> Iterator[bytes]:
+    def _stream(self, payload: Mapping[str, object], text: str, prompt_tokens: int, generation_tokens: int, arrived: float) -> Iterator[bytes]:
         """A streamed completion as the OpenAI-compatible servers send it: one event per token."""
         ident, created, words = f"cmpl-{uuid.uuid4().hex}", int(time.time()), text.split()
         options = payload.get("stream_options")
@@ -1104,7 +1120,7 @@ class SimApp:
         def event(data: Mapping[str, object]) -> bytes:
             return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
 
-        for n in self._decode(prompt_tokens, generation_tokens):
+        for n in self._decode(prompt_tokens, generation_tokens, arrived):
             choice = {"index": 0, "text": " " + words[n], "logprobs": None, "finish_reason": "length" if n == generation_tokens - 1 else None}
             yield event({"id": ident, "object": "text_completion", "created": created, "model": self.cfg.model, "choices": [choice]})
         if include_usage:
@@ -1137,8 +1153,8 @@ class SimApp:
             return prepared
         payload, text, prompt_tokens, generation_tokens = prepared
         if payload.get("stream") is True:
-            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=self._stream(payload, text, prompt_tokens, generation_tokens))
-        for _token in self._decode(prompt_tokens, generation_tokens):
+            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=self._stream(payload, text, prompt_tokens, generation_tokens, request.received))
+        for _token in self._decode(prompt_tokens, generation_tokens, request.received):
             pass
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "matched_stop": None}
         return json_response(200, self._openai_envelope("cmpl", "text_completion", choice, prompt_tokens, generation_tokens))
@@ -1178,14 +1194,20 @@ class SimHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         """Silence http.server's own stderr log: access lines are written by _handle."""
 
+    def setup(self) -> None:
+        super().setup()
+        # the connection's first request arrived when it was accepted (before its thread ran)
+        self._accepted: float | None = cast(SimHttpServer, self.server).accepted.pop(self.request, None)
+
     def _handle(self, method: str) -> None:
+        received, self._accepted = self._accepted or time.monotonic(), None
         app = cast(SimHttpServer, self.server).app
         app.state.track(+1)
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length > 0 else b""
             headers = {key.lower(): value for key, value in self.headers.items()}
-            response = app.respond(Request(method, self.path.split("?", 1)[0], headers, body))
+            response = app.respond(Request(method, self.path.split("?", 1)[0], headers, body, received))
             self.send_response(response.status)
             self.send_header("content-type", response.content_type)
             if response.chunks is not None:
@@ -1227,6 +1249,12 @@ class SimHttpServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], app: SimApp) -> None:
         super().__init__(address, SimHandler, bind_and_activate=False)
         self.app = app
+        self.accepted: dict[object, float] = {}  # connection -> monotonic time it was accepted
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        connection, address = super().get_request()
+        self.accepted[connection] = time.monotonic()
+        return connection, address
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind would call socket.getfqdn(), a DNS lookup: bind like a plain TCP server.
