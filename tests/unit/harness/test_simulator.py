@@ -606,3 +606,30 @@ def test_streamed_completions_send_a_token_an_event_at_the_set_speed(start_sim: 
     # without ignore_eos the canned answer ends early, as before
     answer = sim.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 40})
     assert answer is not None and json.loads(answer[1])["usage"]["completion_tokens"] == 11  # the canned answer's words
+
+
+def test_generation_is_paced_by_the_clock_from_its_arrival(sim_module: ModuleType) -> None:
+    """Token n is due at arrival + SIM_TTFT_SECONDS + n / SIM_TOKENS_PER_SECOND, whatever delayed the
+    handling before it (a thread that ran late on a busy machine) or the sending between two tokens: a
+    late token goes at once, and the next one is on time again. A simulator given less CPU serves the
+    speed it was told."""
+    import io
+
+    cfg = sim_module.Config.from_env({"SIM_TTFT_SECONDS": "0.2", "SIM_TOKENS_PER_SECOND": "50"})
+    sim = sim_module.SglangSimulator(cfg, sim_module.Console(io.BytesIO()))
+    sim.state.generating.set()
+    payload = {"prompt": "hi", "max_tokens": 20, "ignore_eos": True, "stream": True}
+    # handled 0.15 s after it arrived: the first token is due 0.05 s later, not 0.2 s
+    arrived = time.monotonic() - 0.15
+    request = sim_module.Request("POST", "/v1/completions", {}, json.dumps(payload).encode(), arrived)
+    response = sim.app.completions(request)
+    assert response.status == 200 and response.chunks is not None
+    sent = []
+    for _chunk in response.chunks:
+        sent.append(time.monotonic() - arrived)
+        if len(sent) == 5:
+            time.sleep(0.1)  # the sender stalls for five tokens' time
+    tokens = sent[:20]
+    assert 0.2 <= tokens[0] < 0.3, tokens[0]
+    # after the stall, the tokens catch up with their schedule: the last one is due at 0.2 + 19/50
+    assert tokens[19] == pytest.approx(0.2 + 19 / 50, abs=0.08), tokens
