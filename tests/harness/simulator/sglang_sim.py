@@ -96,6 +96,7 @@ engine does.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import http
 import json
 import os
@@ -1046,11 +1047,23 @@ class SimApp:
         return json_response(200, [load])
 
     def loads(self, request: Request) -> Response:
-        """SGLang's ``/v1/loads`` (newer servers): per-rank loads and an aggregate."""
+        """SGLang's ``/v1/loads`` (its current load endpoint, entrypoints/v1_loads.py): one entry per
+        data-parallel rank with its core figures (running and waiting requests, tokens)."""
         running = self.state.running_requests
-        load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_total_reqs": running, "num_total_tokens": KV_TOKENS}
-        aggregate = {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running}
-        return json_response(200, {"version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate})
+        load = {
+            "timestamp": time.time(),
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": 0,
+            "num_used_tokens": 0,
+            "num_total_tokens": KV_TOKENS,
+            "max_running_requests": self.cfg.max_running or 2048,
+            "token_usage": 0.0,
+            "gen_throughput": 0.0,
+            "utilization": 0.0,
+        }
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        return json_response(200, {"timestamp": stamp, "version": SGLANG_VERSION, "accelerator": None, "num_accelerators": 1, "loads": [load]})
 
     def _prepare(
         self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]
@@ -1153,7 +1166,8 @@ class SimApp:
             return prepared
         payload, text, prompt_tokens, generation_tokens = prepared
         if payload.get("stream") is True:
-            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=self._stream(payload, text, prompt_tokens, generation_tokens, request.received))
+            chunks = self._stream(payload, text, prompt_tokens, generation_tokens, request.received)
+            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=chunks)
         for _token in self._decode(prompt_tokens, generation_tokens, request.received):
             pass
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "matched_stop": None}

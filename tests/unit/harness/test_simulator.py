@@ -466,7 +466,8 @@ def test_load_endpoints_count_the_generation_requests_in_flight(start_sim: Start
     worker.join(5)
     idle = json.loads(sim.request("GET", "/get_load")[1])  # type: ignore[index]
     assert json.loads(busy["/get_load"][1])[0]["num_reqs"] == 1  # type: ignore[index]
-    assert json.loads(busy["/v1/loads"][1])["aggregate"]["total_reqs"] == 1  # type: ignore[index]
+    loads = json.loads(busy["/v1/loads"][1])  # type: ignore[index]
+    assert [(rank["dp_rank"], rank["num_running_reqs"], rank["num_waiting_reqs"]) for rank in loads["loads"]] == [(0, 1, 0)]
     assert re.search(r"^sglang:num_running_reqs\{[^}]*\} 1\.0$", busy["/metrics"][1].decode(), re.MULTILINE)  # type: ignore[index]
     assert idle[0]["num_reqs"] == 0
     assert sim.terminate()[0] == 0
