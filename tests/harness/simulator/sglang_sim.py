@@ -105,6 +105,7 @@ import shlex
 import signal
 import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -1093,9 +1094,9 @@ class SimApp:
         Counts the request as running meanwhile, and its TTFT and gaps in the histograms.
 
         Paced by the clock: token n is due at a time fixed when the request got its slot (its arrival,
-        without SIM_MAX_RUNNING), not after the work done for the tokens before it, so that a simulator
-        given less CPU (a busy machine) still serves at the speed it was told (a late token is sent at
-        once, and the next one is on time again)."""
+        as the kernel saw it, without SIM_MAX_RUNNING), not after the work done for the tokens before it,
+        so that a simulator given less CPU (a busy machine) still serves at the speed it was told: a
+        token due while the process did not run is sent as soon as it runs, and the next is on time."""
         cfg = self.cfg
         slots = self.state.slots
         if slots is not None:
@@ -1192,6 +1193,23 @@ class SimApp:
         }
 
 
+# struct tcp_info (linux/tcp.h): tcpi_last_data_recv, milliseconds since the connection last received data
+TCP_INFO_LAST_DATA_RECV = 52
+
+
+def arrival(connection: socket.socket) -> float:
+    """When the request reached this host, on the monotonic clock: by the kernel's count of the time since
+    the connection last received data (TCP_INFO), so that a simulator that ran late (its process not
+    scheduled on a busy machine, before or after accepting the connection) still knows; now when unknown."""
+    now = time.monotonic()
+    try:
+        info = connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        (since_ms,) = struct.unpack_from("I", info, TCP_INFO_LAST_DATA_RECV)
+    except (OSError, AttributeError, struct.error):
+        return now
+    return now - since_ms / 1000 if since_ms < 60_000 else now
+
+
 class SimHandler(BaseHTTPRequestHandler):
     """Plumbing between http.server and SimApp; writes uvicorn-like access lines."""
 
@@ -1208,13 +1226,8 @@ class SimHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         """Silence http.server's own stderr log: access lines are written by _handle."""
 
-    def setup(self) -> None:
-        super().setup()
-        # the connection's first request arrived when it was accepted (before its thread ran)
-        self._accepted: float | None = cast(SimHttpServer, self.server).accepted.pop(self.request, None)
-
     def _handle(self, method: str) -> None:
-        received, self._accepted = self._accepted or time.monotonic(), None
+        received = arrival(cast(socket.socket, self.connection))
         app = cast(SimHttpServer, self.server).app
         app.state.track(+1)
         try:
@@ -1263,12 +1276,6 @@ class SimHttpServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], app: SimApp) -> None:
         super().__init__(address, SimHandler, bind_and_activate=False)
         self.app = app
-        self.accepted: dict[object, float] = {}  # connection -> monotonic time it was accepted
-
-    def get_request(self) -> tuple[socket.socket, object]:
-        connection, address = super().get_request()
-        self.accepted[connection] = time.monotonic()
-        return connection, address
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind would call socket.getfqdn(), a DNS lookup: bind like a plain TCP server.

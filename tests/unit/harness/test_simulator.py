@@ -634,3 +634,26 @@ def test_generation_is_paced_by_the_clock_from_its_arrival(sim_module: ModuleTyp
     assert 0.2 <= tokens[0] < 0.3, tokens[0]
     # after the stall, the tokens catch up with their schedule: the last one is due at 0.2 + 19/50
     assert tokens[19] == pytest.approx(0.2 + 19 / 50, abs=0.08), tokens
+
+
+def test_a_simulator_stopped_for_a_while_serves_on_the_schedule_of_the_requests_arrival(start_sim: StartSim) -> None:
+    """The process stopped (SIGSTOP, as a process that gets no CPU on a busy machine) when a streamed
+    request arrives, for longer than its TTFT: once it runs again, it knows when the request arrived
+    (the kernel's TCP_INFO), sends the tokens already due at once, and the last one on its schedule."""
+    sim = start_sim(SIM_TTFT_SECONDS="0.2", SIM_TOKENS_PER_SECOND="50")
+    assert sim.wait_status("/health_generate", 200, timeout=20) == 200
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+    payload = {"model": "m", "prompt": "hi", "max_tokens": 20, "ignore_eos": True, "stream": True}
+    os.kill(sim.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        conn.request("POST", "/v1/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+        time.sleep(0.35)
+    finally:
+        os.kill(sim.proc.pid, signal.SIGCONT)
+    response = conn.getresponse()
+    arrivals = [time.monotonic() - started for line in iter(response.readline, b"") if line.startswith(b"data: {")]
+    conn.close()
+    assert len(arrivals) == 20
+    assert 0.35 <= arrivals[0] < 0.5, arrivals  # due at 0.2, sent once it ran again
+    assert arrivals[19] == pytest.approx(0.2 + 19 / 50, abs=0.08), arrivals  # not 0.35 + 0.2 + 19 / 50
