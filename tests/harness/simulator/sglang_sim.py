@@ -1093,10 +1093,12 @@ class SimApp:
         SIM_GENERATE_SECONDS and SIM_TTFT_SECONDS the first, then one every 1/SIM_TOKENS_PER_SECOND s.
         Counts the request as running meanwhile, and its TTFT and gaps in the histograms.
 
-        Paced by the clock: token n is due at a time fixed when the request got its slot (its arrival,
-        as the kernel saw it, without SIM_MAX_RUNNING), not after the work done for the tokens before it,
-        so that a simulator given less CPU (a busy machine) still serves at the speed it was told: a
-        token due while the process did not run is sent as soon as it runs, and the next is on time."""
+        Paced by the clock, so that a simulator given less CPU (a busy machine) still serves at the speed
+        it was told: the first token is due at a time fixed when the request got its slot (its arrival as
+        the kernel saw it, without SIM_MAX_RUNNING), whatever ran late before it; token n at the first
+        one's time + n / SIM_TOKENS_PER_SECOND, not after the work done for the tokens before it (a token
+        due while the process did not run is sent as soon as it runs, and the next is on time). A first
+        token that came late moves the others with it: the gaps of a stream never shrink below the speed."""
         cfg = self.cfg
         slots = self.state.slots
         if slots is not None:
@@ -1113,7 +1115,7 @@ class SimApp:
             yield 0
             for n in range(1, generation_tokens):
                 if cfg.tokens_per_second > 0:
-                    sleep_until(first_due + n / cfg.tokens_per_second)
+                    sleep_until(first + n / cfg.tokens_per_second)
                 now = time.monotonic()
                 self.state.observe(itl=now - last)
                 self.sim.count_decode_token()
