@@ -1195,8 +1195,10 @@ class SimApp:
         }
 
 
-# struct tcp_info (linux/tcp.h): tcpi_last_data_recv, milliseconds since the connection last received data
+# struct tcp_info (linux/tcp.h): tcpi_last_data_recv, milliseconds since the connection last received data,
+# counted in the kernel's ticks (a tick is at most 10 ms): one tick less, a request is never taken for older
 TCP_INFO_LAST_DATA_RECV = 52
+KERNEL_TICK_MS = 10
 
 
 def arrival(connection: socket.socket) -> float:
@@ -1209,7 +1211,7 @@ def arrival(connection: socket.socket) -> float:
         (since_ms,) = struct.unpack_from("I", info, TCP_INFO_LAST_DATA_RECV)
     except (OSError, AttributeError, struct.error):
         return now
-    return now - since_ms / 1000 if since_ms < 60_000 else now
+    return now - max(0, since_ms - KERNEL_TICK_MS) / 1000 if since_ms < 60_000 else now
 
 
 class SimHandler(BaseHTTPRequestHandler):
