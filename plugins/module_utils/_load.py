@@ -19,6 +19,7 @@ the port, so no request can run through it.
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import time
@@ -392,4 +393,4 @@ def _number(text: str) -> float | None:
         value = float(text)
     except ValueError:
         return None
-    return value if value >= 0 and value == value and value != float("inf") else None
+    return value if math.isfinite(value) and value >= 0 else None

@@ -367,7 +367,10 @@ def test_the_drain_reads_the_load_of_a_key_protected_server_and_waits_for_its_re
     )
     fleet.ssh(host, f"rm -f /tmp/inflight.status && systemd-run --unit=inflight-keyed --collect python3 -c {shlex.quote(request)}")
     # in flight once the keyless /metrics counts it
-    running = "import re, sys, urllib.request as u; sys.exit(not re.search(rb'num_running_reqs[{][^}]*[}] [1-9]', u.urlopen('http://127.0.0.1:30000/metrics').read()))"
+    running = (
+        "import re, sys, urllib.request as u;"
+        " sys.exit(not re.search(rb'num_running_reqs[{][^}]*[}] [1-9]', u.urlopen('http://127.0.0.1:30000/metrics').read()))"
+    )
     fleet.wait_for(host, f"python3 -c {shlex.quote(running)}", timeout=10)
     unguarded = fleet.ssh(host, "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30000/v1/loads\")'", check=False)
     assert "HTTP Error 401" in unguarded.stderr, unguarded  # the load is guarded
