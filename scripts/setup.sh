@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(debootstrap systemd-container zstd openssh-client iproute2 curl rsync shellcheck)
+DEBIAN_PACKAGES=(debootstrap systemd-container zstd openssh-client iproute2 curl rsync shellcheck chromium)
 VENV=.venv
 STAMP="$VENV/.requirements.sha256"
 
