@@ -143,7 +143,8 @@ def running_requests(answer: t.Any) -> int | None:
     """Requests a server still runs or queues, from the answer of its load or metrics endpoint.
 
     Understands SGLang's ``/get_load`` (a list with ``num_reqs`` per data-parallel rank, running
-    and waiting), ``/v1/loads`` (``aggregate.total_reqs``) and ``/metrics`` text
+    and waiting), ``/v1/loads`` (``num_running_reqs`` plus ``num_waiting_reqs`` of each rank; early 2026:
+    ``aggregate.total_reqs``) and ``/metrics`` text
     (``sglang:num_running_reqs`` plus ``sglang:num_queue_reqs``), and vLLM's ``/metrics`` text
     (``vllm:num_requests_running`` plus ``vllm:num_requests_waiting``) and ``/load``
     (``server_load``: the requests its API server is handling). None when the answer is none of these.
@@ -159,12 +160,18 @@ def running_requests(answer: t.Any) -> int | None:
             return _count(answer.get("server_load"))
         loads = answer.get("loads")
         if isinstance(loads, (list, tuple)):
-            return running_requests([{"num_reqs": _count(rank.get("num_total_reqs"))} for rank in loads if isinstance(rank, t.Mapping)])
+            return running_requests([{"num_reqs": _rank_requests(rank)} for rank in loads if isinstance(rank, t.Mapping)])
         return None
     if isinstance(answer, str):
         samples = METRIC_SAMPLE.findall(answer)
         return int(sum(float(value) for _name, _labels, value in samples)) if samples else None
     return None
+
+
+def _rank_requests(rank: t.Mapping[str, t.Any]) -> int | None:
+    """One rank of ``/v1/loads``: running plus waiting (current servers), or ``num_total_reqs``."""
+    running, waiting = _count(rank.get("num_running_reqs")), _count(rank.get("num_waiting_reqs"))
+    return running + waiting if running is not None and waiting is not None else _count(rank.get("num_total_reqs"))
 
 
 def _count(value: t.Any) -> int | None:

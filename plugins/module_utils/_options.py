@@ -23,7 +23,7 @@ import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems
+from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems, url_problem
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
@@ -248,8 +248,10 @@ ROLE_ONLY_OPTIONS: Spec = {
     "router_api_key": {"type": "str", "default": "", "no_log": True},
     "worker_url": {"type": "str", "default": ""},
     "router_timeout": {"type": "int", "default": 60},
-    "load_url": {"type": "str", "default": "http://127.0.0.1:30000/get_load"},
+    "load_url": {"type": "str", "default": "http://127.0.0.1:30000/v1/loads"},
     "drain_timeout": {"type": "int", "default": 300},
+    # what the drain does when it cannot read the load (module_utils/_load): wait until its timeout, or go on
+    "drain_unknown_load": {"type": "str", "default": "wait", "choices": ["wait", "proceed"]},
     "drain_hooks": {"type": "list", "elements": "str", "default": []},
     "restore_hooks": {"type": "list", "elements": "str", "default": []},
     # the start history on the host (module_utils/_history): learned stall limits, ETA, slow phases, new lines
@@ -304,6 +306,7 @@ ROLE_SPECS: dict[str, Spec] = {
         *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
         *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
         *DEPLOY_OPTIONS,
+        "drain_unknown_load",
         *HISTORY_OPTIONS,
         *CANARY_OPTIONS,
     ),
@@ -548,10 +551,25 @@ def _role_only_problems(values: t.Mapping[str, t.Any], prefix: str, target_names
         # the smoke URL is only used (and only gets the API key) with the smoke test on
         if url in values and (url != "smoke_url" or values.get("smoke_test")):
             problems.extend(_url_problems(values[url], prefix, url, target_names, values.get(allow, False), allow, why))
+    problems.extend(_load_url_problems(values, prefix, target_names))
     report_dir = values.get("report_dir") or ""
     if report_dir and os.path.exists(report_dir) and not os.path.isdir(report_dir):
         problems.append(f"{prefix}report_dir must be a directory on the controller, got {_shown(report_dir)}, which is a file")
     return problems
+
+
+def _load_url_problems(values: t.Mapping[str, t.Any], prefix: str, target_names: list[str]) -> list[str]:
+    """The drain sends the API key to the load URL's guarded endpoints: with a key, it must be the target's."""
+    load_url = values.get("load_url") or ""
+    if not values.get("api_key") or not isinstance(load_url, str) or not load_url or url_problem(load_url):
+        return []  # a malformed URL is refused with the deploy's checks
+    if is_target_address(urllib.parse.urlsplit(load_url).hostname or "", target_names):
+        return []
+    own = ", ".join(dict.fromkeys(name for name in target_names if name)) or "none known"
+    return [
+        f"{prefix}load_url must point at the target itself (a loopback address, or one of its own names: {own}) when {prefix}api_key is set,"
+        f" got {_shown(load_url)}: the drain sends the API key to it"
+    ]
 
 
 def _url_problems(url: str, prefix: str, option: str, target_names: list[str], allowed: bool, allow: str, why: str) -> list[str]:

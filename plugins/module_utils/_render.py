@@ -23,7 +23,7 @@ import time
 import typing as t
 import xml.etree.ElementTree as ET
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _load
 
 Report = t.Mapping[str, t.Any]
 
@@ -275,6 +275,9 @@ def cut(text: t.Any, limit: int) -> str:
 
 
 def _drain_line(drain: t.Mapping[str, t.Any]) -> str:
+    if "seen" in drain or drain.get("node_rank"):
+        return _load.describe(drain)  # what inferops.runbooks.server_load saw
+    # a drain recorded by the collection's earlier versions (one load URL, its status)
     running, status = drain.get("running_at_stop"), drain.get("load_status")
     timed_out = " (drain timeout reached)" if drain.get("timed_out") else ""
     at_start = drain.get("running_at_start")

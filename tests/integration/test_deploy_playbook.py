@@ -347,3 +347,42 @@ def test_a_second_run_of_the_role_in_the_play_decides_on_its_own_outcome(fleet: 
     assert isinstance(rollback, dict) and not rollback.get("restarted"), rollback
     # the first run's configuration stays: the second run had nothing to put back
     assert read_file(fleet, host, DROPIN) == new_dropin
+
+
+SERVER_KEY = "sk-sim-server-9d41c7"
+
+
+def test_the_drain_reads_the_load_of_a_key_protected_server_and_waits_for_its_request(
+    fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """SGLang started with --api-key guards /v1/loads and /get_load (401 without the key): the drain
+    sends the key, sees the generation in flight, waits for it before the stop, and the report's
+    drain section says what it saw, endpoint and status; the key is never printed."""
+    start_with(fleet, [host], SIM_API_KEY=SERVER_KEY, SIM_GENERATE_SECONDS="20")
+    fleet.wait_for(host, "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30000/health\", timeout=5)'")
+    # a generation that runs for 20 s, sent with the key; its client writes the status it got
+    request = (
+        "import urllib.request as u; r = u.Request('http://127.0.0.1:30000/generate', data=b'{}', "
+        f"headers={{'Authorization': 'Bearer {SERVER_KEY}'}}); open('/tmp/inflight.status', 'w').write(str(u.urlopen(r, timeout=60).status))"
+    )
+    fleet.ssh(host, f"rm -f /tmp/inflight.status && systemd-run --unit=inflight-keyed --collect python3 -c {shlex.quote(request)}")
+    # in flight once the keyless /metrics counts it
+    running = (
+        "import re, sys, urllib.request as u;"
+        " sys.exit(not re.search(rb'num_running_reqs[{][^}]*[}] [1-9]', u.urlopen('http://127.0.0.1:30000/metrics').read()))"
+    )
+    fleet.wait_for(host, f"python3 -c {shlex.quote(running)}", timeout=10)
+    unguarded = fleet.ssh(host, "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30000/v1/loads\")'", check=False)
+    assert "HTTP Error 401" in unguarded.stderr, unguarded  # the load is guarded
+
+    run = run_playbook(PLAYBOOK, limit=host, extra_vars={**QUICK, "sglang_restart_api_key": SERVER_KEY, "sglang_restart_report_dir": str(tmp_path)})
+    assert run.returncode == 0, run
+    assert SERVER_KEY not in run.output
+    drain = report(tmp_path, host)["traffic"]["drain"]  # type: ignore[index]
+    loads = "http://127.0.0.1:30000/v1/loads"
+    assert (drain["running_at_start"], drain["running_at_stop"], drain["timed_out"], drain["known"]) == (1, 0, False, True), drain
+    assert (drain["url"], drain["load_status"], drain["seen"]) == (loads, 200, [{"url": loads, "status": 200, "running": 0, "error": None}]), drain
+    assert float(drain["seconds"]) >= 1 and drain["reads"] >= 2, drain
+    assert f"drain: 1 request(s) running as it began, 0 request(s) running at the stop (read at {loads}), after " in flat(run.output)
+    # the request ended with its answer before the stop
+    assert fleet.ssh(host, "cat /tmp/inflight.status").stdout == "200"

@@ -102,6 +102,7 @@ engine does.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import http
 import json
 import os
@@ -110,6 +111,7 @@ import shlex
 import signal
 import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -846,6 +848,8 @@ class Request:
     path: str
     headers: Mapping[str, str]
     body: bytes
+    # monotonic time the request reached the server: a generation's tokens are due from it
+    received: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -872,6 +876,13 @@ def parse_json_object(body: bytes) -> dict[str, object] | None:
 def _int_field(payload: Mapping[str, object], name: str, default: int) -> int:
     value = payload.get(name)
     return value if isinstance(value, int) and value > 0 else default
+
+
+def sleep_until(due: float) -> None:
+    """Sleep until the monotonic clock reads ``due`` (not at all when it is past)."""
+    remaining = due - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
 
 
 def complete(prompt: str, max_tokens: int, ignore_eos: bool = False) -> tuple[str, int, int]:
@@ -1052,11 +1063,23 @@ class SimApp:
         return json_response(200, [load])
 
     def loads(self, request: Request) -> Response:
-        """SGLang's ``/v1/loads`` (newer servers): per-rank loads and an aggregate."""
+        """SGLang's ``/v1/loads`` (its current load endpoint, entrypoints/v1_loads.py): one entry per
+        data-parallel rank with its core figures (running and waiting requests, tokens)."""
         running = self.state.running_requests
-        load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_total_reqs": running, "num_total_tokens": KV_TOKENS}
-        aggregate = {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running}
-        return json_response(200, {"version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate})
+        load = {
+            "timestamp": time.time(),
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": 0,
+            "num_used_tokens": 0,
+            "num_total_tokens": KV_TOKENS,
+            "max_running_requests": self.cfg.max_running or 2048,
+            "token_usage": 0.0,
+            "gen_throughput": 0.0,
+            "utilization": 0.0,
+        }
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        return json_response(200, {"timestamp": stamp, "version": SGLANG_VERSION, "accelerator": None, "num_accelerators": 1, "loads": [load]})
 
     def _prepare(
         self, request: Request, prompt_field: str, max_tokens: Callable[[Mapping[str, object]], int]
@@ -1079,31 +1102,40 @@ class SimApp:
         if isinstance(prepared, Response):
             return prepared
         _payload, text, prompt_tokens, generation_tokens = prepared
-        for _token in self._decode(prompt_tokens, generation_tokens):
+        for _token in self._decode(prompt_tokens, generation_tokens, request.received):
             pass
         return text, prompt_tokens, generation_tokens
 
-    def _decode(self, prompt_tokens: int, generation_tokens: int) -> Iterator[int]:
+    def _decode(self, prompt_tokens: int, generation_tokens: int, arrived: float) -> Iterator[int]:
         """Yields the index of each token when it is generated: after a free slot (SIM_MAX_RUNNING),
         SIM_GENERATE_SECONDS and SIM_TTFT_SECONDS the first, then one every 1/SIM_TOKENS_PER_SECOND s.
-        Counts the request as running meanwhile, and its TTFT and gaps in the histograms."""
+        Counts the request as running meanwhile, and its TTFT and gaps in the histograms.
+
+        Paced by the clock, so that a simulator given less CPU (a busy machine) still serves at the speed
+        it was told: the first token is due at a time fixed when the request got its slot (its arrival as
+        the kernel saw it, without SIM_MAX_RUNNING), whatever ran late before it; token n at the first
+        one's time + n / SIM_TOKENS_PER_SECOND, not after the work done for the tokens before it (a token
+        due while the process did not run is sent as soon as it runs, and the next is on time). A first
+        token that came late moves the others with it: the gaps of a stream never shrink below the speed."""
         cfg = self.cfg
-        arrived = time.monotonic()
         slots = self.state.slots
         if slots is not None:
             slots.acquire()
         self.state.track_running(+1)
         try:
+            # a request that waited for a slot starts when it got one (its wait counts in its TTFT)
+            started = arrived if slots is None else max(arrived, time.monotonic())
+            first_due = started + cfg.generate_seconds + cfg.ttft_seconds
             self.sim.log_batch(prompt_tokens)
             self._hold_while_wedged()
-            time.sleep(cfg.generate_seconds + cfg.ttft_seconds)
+            sleep_until(first_due)
             first = last = time.monotonic()
             self.state.observe(ttft=first - arrived)
             yield 0
             for n in range(1, generation_tokens):
                 self._hold_while_wedged()
                 if cfg.tokens_per_second > 0:
-                    time.sleep(max(0.0, first + n / cfg.tokens_per_second - time.monotonic()))
+                    sleep_until(first + n / cfg.tokens_per_second)
                 now = time.monotonic()
                 self.state.observe(itl=now - last)
                 self.sim.count_decode_token()
@@ -1120,7 +1152,7 @@ class SimApp:
         while self.state.wedged.is_set() and not self.sim.stop.requested:
             time.sleep(0.05)
 
-    def _stream(self, payload: Mapping[str, object], text: str, prompt_tokens: int, generation_tokens: int) -> Iterator[bytes]:
+    def _stream(self, payload: Mapping[str, object], text: str, prompt_tokens: int, generation_tokens: int, arrived: float) -> Iterator[bytes]:
         """A streamed completion as the OpenAI-compatible servers send it: one event per token."""
         ident, created, words = f"cmpl-{uuid.uuid4().hex}", int(time.time()), text.split()
         options = payload.get("stream_options")
@@ -1129,7 +1161,7 @@ class SimApp:
         def event(data: Mapping[str, object]) -> bytes:
             return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
 
-        for n in self._decode(prompt_tokens, generation_tokens):
+        for n in self._decode(prompt_tokens, generation_tokens, arrived):
             choice = {"index": 0, "text": " " + words[n], "logprobs": None, "finish_reason": "length" if n == generation_tokens - 1 else None}
             yield event({"id": ident, "object": "text_completion", "created": created, "model": self.cfg.model, "choices": [choice]})
         if include_usage:
@@ -1162,8 +1194,9 @@ class SimApp:
             return prepared
         payload, text, prompt_tokens, generation_tokens = prepared
         if payload.get("stream") is True:
-            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=self._stream(payload, text, prompt_tokens, generation_tokens))
-        for _token in self._decode(prompt_tokens, generation_tokens):
+            chunks = self._stream(payload, text, prompt_tokens, generation_tokens, request.received)
+            return Response(200, content_type="text/event-stream; charset=utf-8", chunks=chunks)
+        for _token in self._decode(prompt_tokens, generation_tokens, request.received):
             pass
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "matched_stop": None}
         return json_response(200, self._openai_envelope("cmpl", "text_completion", choice, prompt_tokens, generation_tokens))
@@ -1187,6 +1220,25 @@ class SimApp:
         }
 
 
+# struct tcp_info (linux/tcp.h): tcpi_last_data_recv, milliseconds since the connection last received data,
+# counted in the kernel's ticks (a tick is at most 10 ms): one tick less, a request is never taken for older
+TCP_INFO_LAST_DATA_RECV = 52
+KERNEL_TICK_MS = 10
+
+
+def arrival(connection: socket.socket) -> float:
+    """When the request reached this host, on the monotonic clock: by the kernel's count of the time since
+    the connection last received data (TCP_INFO), so that a simulator that ran late (its process not
+    scheduled on a busy machine, before or after accepting the connection) still knows; now when unknown."""
+    now = time.monotonic()
+    try:
+        info = connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        (since_ms,) = struct.unpack_from("I", info, TCP_INFO_LAST_DATA_RECV)
+    except (OSError, AttributeError, struct.error):
+        return now
+    return now - max(0, since_ms - KERNEL_TICK_MS) / 1000 if since_ms < 60_000 else now
+
+
 class SimHandler(BaseHTTPRequestHandler):
     """Plumbing between http.server and SimApp; writes uvicorn-like access lines."""
 
@@ -1204,13 +1256,14 @@ class SimHandler(BaseHTTPRequestHandler):
         """Silence http.server's own stderr log: access lines are written by _handle."""
 
     def _handle(self, method: str) -> None:
+        received = arrival(cast(socket.socket, self.connection))
         app = cast(SimHttpServer, self.server).app
         app.state.track(+1)
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length > 0 else b""
             headers = {key.lower(): value for key, value in self.headers.items()}
-            response = app.respond(Request(method, self.path.split("?", 1)[0], headers, body))
+            response = app.respond(Request(method, self.path.split("?", 1)[0], headers, body, received))
             self.send_response(response.status)
             self.send_header("content-type", response.content_type)
             if response.chunks is not None:

@@ -466,7 +466,8 @@ def test_load_endpoints_count_the_generation_requests_in_flight(start_sim: Start
     worker.join(5)
     idle = json.loads(sim.request("GET", "/get_load")[1])  # type: ignore[index]
     assert json.loads(busy["/get_load"][1])[0]["num_reqs"] == 1  # type: ignore[index]
-    assert json.loads(busy["/v1/loads"][1])["aggregate"]["total_reqs"] == 1  # type: ignore[index]
+    loads = json.loads(busy["/v1/loads"][1])  # type: ignore[index]
+    assert [(rank["dp_rank"], rank["num_running_reqs"], rank["num_waiting_reqs"]) for rank in loads["loads"]] == [(0, 1, 0)]
     assert re.search(r"^sglang:num_running_reqs\{[^}]*\} 1\.0$", busy["/metrics"][1].decode(), re.MULTILINE)  # type: ignore[index]
     assert idle[0]["num_reqs"] == 0
     assert sim.terminate()[0] == 0
@@ -606,3 +607,53 @@ def test_streamed_completions_send_a_token_an_event_at_the_set_speed(start_sim: 
     # without ignore_eos the canned answer ends early, as before
     answer = sim.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 40})
     assert answer is not None and json.loads(answer[1])["usage"]["completion_tokens"] == 11  # the canned answer's words
+
+
+def test_generation_is_paced_by_the_clock_from_its_arrival(sim_module: ModuleType) -> None:
+    """The first token is due at arrival + SIM_TTFT_SECONDS, whatever delayed the handling before it (a
+    thread that ran late on a busy machine); token n at the first one's time + n / SIM_TOKENS_PER_SECOND,
+    whatever delayed the sending between two tokens: a late token goes at once, and the next one is on
+    time again."""
+    import io
+
+    cfg = sim_module.Config.from_env({"SIM_TTFT_SECONDS": "0.2", "SIM_TOKENS_PER_SECOND": "50"})
+    sim = sim_module.SglangSimulator(cfg, sim_module.Console(io.BytesIO()))
+    sim.state.generating.set()
+    payload = {"prompt": "hi", "max_tokens": 20, "ignore_eos": True, "stream": True}
+    # handled 0.15 s after it arrived: the first token is due 0.05 s later, not 0.2 s
+    arrived = time.monotonic() - 0.15
+    request = sim_module.Request("POST", "/v1/completions", {}, json.dumps(payload).encode(), arrived)
+    response = sim.app.completions(request)
+    assert response.status == 200 and response.chunks is not None
+    sent = []
+    for _chunk in response.chunks:
+        sent.append(time.monotonic() - arrived)
+        if len(sent) == 5:
+            time.sleep(0.1)  # the sender stalls for five tokens' time
+    tokens = sent[:20]
+    assert 0.2 <= tokens[0] < 0.3, tokens[0]
+    # after the stall, the tokens catch up with their schedule: the last one is due at the first's + 19/50
+    assert tokens[19] - tokens[0] == pytest.approx(19 / 50, abs=0.06), tokens
+
+
+def test_a_simulator_stopped_when_a_request_arrives_serves_it_on_the_schedule_of_its_arrival(start_sim: StartSim) -> None:
+    """The process stopped (SIGSTOP, as a process that gets no CPU on a busy machine) when a streamed
+    request arrives, for less than its TTFT: once it runs again, it knows when the request arrived (the
+    kernel's TCP_INFO) and sends the first token when it was due, not a TTFT after it ran again."""
+    sim = start_sim(SIM_TTFT_SECONDS="0.4", SIM_TOKENS_PER_SECOND="50")
+    assert sim.wait_status("/health_generate", 200, timeout=20) == 200
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+    payload = {"model": "m", "prompt": "hi", "max_tokens": 20, "ignore_eos": True, "stream": True}
+    os.kill(sim.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        conn.request("POST", "/v1/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+        time.sleep(0.25)
+    finally:
+        os.kill(sim.proc.pid, signal.SIGCONT)
+    response = conn.getresponse()
+    arrivals = [time.monotonic() - started for line in iter(response.readline, b"") if line.startswith(b"data: {")]
+    conn.close()
+    assert len(arrivals) == 20
+    assert 0.4 <= arrivals[0] < 0.55, arrivals  # due at 0.4 (never before), not at 0.25 + 0.4
+    assert arrivals[19] - arrivals[0] >= 19 / 50 - 0.01, arrivals

@@ -123,6 +123,8 @@ vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="deferre
         ([{"dp_rank": 0, "num_reqs": 0}], 0),
         (V1_LOADS, 6),
         ({"loads": [{"num_total_reqs": 1}, {"num_total_reqs": 2}]}, 3),
+        # SGLang 0.5.23 (entrypoints/v1_loads.py): no aggregate, running and waiting per rank
+        ({"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 1}, {"dp_rank": 1, "num_running_reqs": 0, "num_waiting_reqs": 0}]}, 3),
         (METRICS, 3),
         ("sglang:num_running_reqs 0\n", 0),
         ("<html>not found</html>", None),

@@ -244,6 +244,56 @@ def test_the_drain_line_says_what_the_load_endpoint_answered(drain: dict[str, An
     assert expected in summary_lines(report, None)
 
 
+LOADS = "http://127.0.0.1:30000/v1/loads"
+
+
+@pytest.mark.parametrize(
+    ("drain", "expected"),
+    [
+        (
+            {
+                "url": LOADS,
+                "running_at_start": 1,
+                "running_at_stop": 0,
+                "known": True,
+                "listening": True,
+                "timed_out": False,
+                "seconds": 7.3,
+                "seen": [{"url": LOADS, "status": 200, "running": 0, "error": None}],
+            },
+            f"drain: 1 request(s) running as it began, 0 request(s) running at the stop (read at {LOADS}), after 7.3 s",
+        ),
+        (
+            {
+                "url": None,
+                "running_at_start": None,
+                "running_at_stop": None,
+                "known": False,
+                "listening": True,
+                "timed_out": True,
+                "seconds": 300.0,
+                "seen": [
+                    {"url": LOADS, "status": 401, "running": None, "error": "the server wants its API key"},
+                    {"url": "http://127.0.0.1:30000/get_load", "status": 401, "running": None, "error": "the server wants its API key"},
+                    {"url": "http://127.0.0.1:30000/metrics", "status": 404, "running": None, "error": "HTTP 404"},
+                ],
+            },
+            f"drain: running requests not known ({LOADS}: the server wants its API key; http://127.0.0.1:30000/get_load: the server wants its API key;"
+            " http://127.0.0.1:30000/metrics: HTTP 404); waited until the drain timeout, after 300.0 s",
+        ),
+        (
+            {"url": None, "running_at_stop": None, "known": False, "listening": False, "timed_out": False, "seconds": 0.0, "seen": []},
+            f"drain: nothing listens at {LOADS} (connection refused): no request can run there, after 0.0 s",
+        ),
+        ({"node_rank": 1, "seen": []}, "drain: node 1 of a multi-node server: its requests enter at node 0, nothing to read here"),
+    ],
+)
+def test_the_drain_line_says_what_every_load_endpoint_answered(drain: dict[str, Any], expected: str) -> None:
+    traffic = {"removed": False, "restored": False, "drain": {"load_url": LOADS, **drain}}
+    report = restart_report(deploy={"state": "restarted", "restart_needed": True, "traffic": traffic})
+    assert expected in summary_lines(report, None)
+
+
 def left_by_a_killed_rollout() -> dict[str, Any]:
     """The run_record module's result on a host whose rollout was killed during its wait (out of the router)."""
     traffic = {"out": True, "router_url": "http://r:8080", "worker": {"url": "http://h:30000"}}
