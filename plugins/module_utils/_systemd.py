@@ -72,7 +72,9 @@ Runner = t.Callable[[t.Sequence[str]], t.Tuple[int, str, str]]
 
 
 def run_command(argv: t.Sequence[str]) -> tuple[int, str, str]:
-    """Run a command and return (return code, stdout, stderr) as text."""
+    """Run a command and return (return code, stdout, stderr) as text: the runner of code that runs
+    outside a module (a look run as a plain process, the controller); a module passes its own,
+    built on AnsibleModule.run_command."""
     process = subprocess.run(list(argv), capture_output=True, check=False)
     return process.returncode, process.stdout.decode("utf-8", "replace"), process.stderr.decode("utf-8", "replace")
 

@@ -78,7 +78,9 @@ def test_playbook_is_found_from_a_clone(playbook: str) -> None:
 DOCUMENTED_KINDS = ("module", "filter", "role")
 # ansible-core 2.21's ansible-doc -t role warns that a collection it ships inside itself
 # (ansible._protomatter) has no version: a warning about ansible-core, not about this collection
-CORE_OWN_WARNING = re.compile(r"\[WARNING\]: Collection at '[^']*/ansible/_internal/[^']*' does not have a MANIFEST\.json file.*?cannot detect version\.\s*", re.S)
+CORE_OWN_WARNING = re.compile(
+    r"\[WARNING\]: Collection at '[^']*/ansible/_internal/[^']*' does not have a MANIFEST\.json file.*?cannot detect version\.\s*", re.S
+)
 
 
 @dataclasses.dataclass(frozen=True)
