@@ -35,7 +35,7 @@ import time
 import typing as t
 import urllib.parse
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _run_record
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines, _run_record
 
 STORE_VERSION = 1
 STORE_KIND = "inferops.canary"
@@ -57,15 +57,6 @@ DEFAULT_THRESHOLDS: dict[str, float | None] = {name: spec[2] for name, spec in M
 # servers. Given in milliseconds for the latencies (FLOOR_UNITS), as the role variables take them.
 DEFAULT_FLOORS: dict[str, float] = {"throughput": 0.0, "ttft_p90": 0.030, "itl_p90": 0.003, "ttft_median": 0.030, "itl_median": 0.003}
 FLOOR_UNITS = {"tok/s": ("tok/s", 1.0), "s": ("ms", 0.001)}
-
-# the server's histograms, by engine, in the order they are looked for (vLLM renamed its ITL one)
-SERVER_HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "sglang": {"ttft": ("sglang:time_to_first_token_seconds",), "itl": ("sglang:inter_token_latency_seconds",)},
-    "vllm": {
-        "ttft": ("vllm:time_to_first_token_seconds",),
-        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    },
-}
 
 Figures = dict[str, t.Any]
 
@@ -443,10 +434,10 @@ def server_figures(
 ) -> Figures | None:
     """The server's TTFT and ITL over the load: means from the deltas of ``_sum`` and ``_count`` and
     p90 from the deltas of the buckets; None when the server exports neither histogram."""
-    engines = [engine] if engine in SERVER_HISTOGRAMS else list(SERVER_HISTOGRAMS)
+    drivers = _engines.drivers_for(engine)
     figures: Figures = {}
     for which in ("ttft", "itl"):
-        for name in (family for candidate in engines for family in SERVER_HISTOGRAMS[candidate][which]):
+        for name in (family for driver in drivers for family in driver.histograms[which]):
             count_after, sum_after = _total(after, name + "_count"), _total(after, name + "_sum")
             if count_after is None or sum_after is None:
                 continue
@@ -465,46 +456,23 @@ def server_figures(
 
 
 # --------------------------------------------------------------------------------------------------
-# The server's own figures from its journal: SGLang's decode batch lines (every 40 decode steps by
-# default: ``Decode batch. #running-req: 16, #token: 17992, token usage: 0.04, gen throughput
-# (token/s): 91.81, #queue-req: 0``), vLLM's periodic stats (every 10 s: ``Avg prompt throughput: 0.0
-# tokens/s, Avg generation throughput: 812.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, ...``)
-
-_SGLANG_DECODE = re.compile(r"Decode batch[.,]\s*(?P<fields>.*)")
-_SGLANG_FIELD = re.compile(r"(?P<key>#running-req|#queue-req|#token|token usage|gen throughput \(token/s\))\s*:\s*(?P<value>[0-9.]+)")
-_VLLM_STATS = re.compile(
-    r"Avg generation throughput:\s*(?P<gen>[0-9.]+)\s*tokens/s(?:,\s*Running:\s*(?P<running>\d+)\s*reqs)?(?:,\s*(?:Waiting|Pending):\s*(?P<queue>\d+)\s*reqs)?"
-)
+# The server's own figures from its journal: each engine's decode figures (its driver's decode_log:
+# SGLang's decode batch lines, vLLM's periodic stats lines).
 
 
 def decode_line(message: str) -> dict[str, float] | None:
-    """The figures of one decode batch line (SGLang) or stats line (vLLM): ``gen_throughput``
-    (tokens/s), ``running`` and ``queue`` (requests), SGLang's ``tokens`` and ``token_usage``; None
-    when the line is neither."""
-    match = _SGLANG_DECODE.search(message)
-    if match:
-        fields = {found["key"]: found["value"] for found in _SGLANG_FIELD.finditer(match["fields"])}
-        if "gen throughput (token/s)" not in fields:
-            return None
-        names = {
-            "gen throughput (token/s)": "gen_throughput",
-            "#running-req": "running",
-            "#queue-req": "queue",
-            "#token": "tokens",
-            "token usage": "token_usage",
-        }
-        try:
-            return {names[key]: float(value) for key, value in fields.items()}
-        except ValueError:
-            return None
-    match = _VLLM_STATS.search(message)
-    if match:
-        figures = {"gen_throughput": float(match["gen"])}
-        if match["running"] is not None:
-            figures["running"] = float(match["running"])
-        if match["queue"] is not None:
-            figures["queue"] = float(match["queue"])
-        return figures
+    """The figures of one line in which an engine logged its decoding: ``gen_throughput``
+    (tokens/s), ``running`` and ``queue`` (requests), and what else the engine logs there; None
+    when the line is no such line."""
+    found = _decoded(message)
+    return found[1] if found else None
+
+
+def _decoded(message: str) -> tuple[_engines.EngineDriver, dict[str, float]] | None:
+    for driver in _engines.DRIVERS.values():
+        figures = driver.decode_log.parse(message)
+        if figures is not None:
+            return driver, figures
     return None
 
 
@@ -513,16 +481,15 @@ def journal_figures(messages: t.Iterable[str]) -> Figures | None:
     throughput of its decode batch lines, the median of its running requests and the most queued;
     None when it logged none (vLLM logs its stats every 10 s: a short canary may see none)."""
     messages = list(messages)
-    found = [figures for figures in (decode_line(message) for message in messages) if figures is not None]
-    if not found:
+    decoded = [found for found in map(_decoded, messages) if found is not None]
+    if not decoded:
         return None
-    # vLLM's figures are averages over its logging interval (10 s), idle time included
-    stats = any(_VLLM_STATS.search(message) and not _SGLANG_DECODE.search(message) for message in messages)
+    found = [figures for _driver, figures in decoded]
     rates = [figures["gen_throughput"] for figures in found]
     running = [figures["running"] for figures in found if "running" in figures]
     queued = [figures["queue"] for figures in found if "queue" in figures]
     return {
-        "source": "vllm_stats" if stats else "sglang_decode_batch",
+        "source": decoded[0][0].decode_log.source,
         "lines": len(found),
         "gen_throughput_median": _rounded(percentile(rates, 0.5), 2),
         "gen_throughput_min": min(rates),
@@ -557,6 +524,12 @@ def journal_messages(text: str, since: float | None = None) -> list[str]:
     return messages
 
 
+def _decode_log(source: t.Any) -> _engines.DecodeLog:
+    """The decode log a report's figures came from (SGLang's for reports from before it was named)."""
+    logs = [driver.decode_log for driver in _engines.DRIVERS.values()]
+    return next((log for log in logs if log.source == source), logs[0])
+
+
 def journal_line(figures: t.Mapping[str, t.Any] | None) -> str | None:
     """``server log: gen throughput 812 tok/s (median of 6 decode lines, 790-830; running 4, queued 0 at most)``."""
     if not figures or figures.get("gen_throughput_median") is None:
@@ -564,11 +537,9 @@ def journal_line(figures: t.Mapping[str, t.Any] | None) -> str | None:
     spread = f", {format_value(figures['gen_throughput_min'], 'tok/s')}-{format_value(figures['gen_throughput_max'], 'tok/s')}" if figures["lines"] > 1 else ""
     running = f"; running {figures['running_median']:g}" if figures.get("running_median") is not None else ""
     queued = f", queued {figures['queue_max']:g} at most" if figures.get("queue_max") is not None else ""
-    if figures.get("source") == "vllm_stats":
-        count = f"median of {figures['lines']} stats lines" if figures["lines"] > 1 else "1 stats line"
-        count += ", each an average over vLLM's 10 s logging interval"
-    else:
-        count = f"median of {figures['lines']} decode lines" if figures["lines"] > 1 else "1 decode line"
+    log = _decode_log(figures.get("source"))
+    count = f"median of {figures['lines']} {log.line_word}s" if figures["lines"] > 1 else f"1 {log.line_word}"
+    count += f", {log.note}" if log.note else ""
     return f"server log: gen throughput {format_value(figures['gen_throughput_median'], 'tok/s')} tok/s ({count}{spread}{running}{queued})"
 
 

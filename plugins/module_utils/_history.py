@@ -28,6 +28,7 @@ import statistics
 import time
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import REDACTED, Scanner, mask
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import clean, parse, record_message
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, RuleSet, load_rules
@@ -116,15 +117,9 @@ def fingerprint(
 
 # -- one start, observed ----------------------------------------------------------------------
 
-_SGLANG_TIMINGS = re.compile(r"Engine startup timings \(s\):\s*(.*)", re.IGNORECASE)
 _TIMING_PAIR = re.compile(r"([A-Za-z_][\w.]*)\s*[=:]\s*([\d.]+)")
 _TOOK = re.compile(r"^(.{3,80}?)\s+took\s+(?:[\d.]+\s*[KMG]i?B(?:\s+memory)?\s+and\s+)?([\d.]+)\s*s(?:ec(?:ond)?s?)?\b", re.IGNORECASE)
 _MODEL = re.compile(r"(?:\bmodel_path=|\bmodel=|'model':\s*)'([^']{1,300})'")
-_VERSIONS = (
-    re.compile(r"\bvLLM API server version\s+v?(\d+\.\d+[\w.+\-]*)"),
-    re.compile(r"\bLLM engine \(v(\d+\.\d+[\w.+\-]*)\)"),
-    re.compile(r"\bsglang(?:\s+version)?\s*[=:]?\s*v?(\d+\.\d+\.\d+[\w.+\-]*)", re.IGNORECASE),
-)
 _STAMP = re.compile(r"^(?:(?:\d{4}-)?(\d\d)-(\d\d)[ T])?(\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
 
 
@@ -156,6 +151,10 @@ class StartObserver:
         self.engine_timings: dict[str, float] = {}
         self.model: str | None = None
         self.engine_version: str | None = None
+        drivers = _engines.drivers_for(engine)
+        self._timings_patterns = [driver.timings_pattern for driver in drivers if driver.timings_pattern is not None]
+        self._version_words = tuple(word for driver in drivers for word in driver.version_words)
+        self._version_patterns = [pattern for driver in drivers for pattern in driver.version_patterns]
         self._times: list[float | None] = [None] * _TIME_RING
         self._phases_seen = 0
         self._day: tuple[int, int] | None = None
@@ -221,7 +220,7 @@ class StartObserver:
 
     def _look(self, message: str) -> None:
         if "took" in message or "timings" in message:
-            timings = _SGLANG_TIMINGS.search(message)
+            timings = next((found for found in (pattern.search(message) for pattern in self._timings_patterns) if found), None)
             if timings:
                 for name, value in _TIMING_PAIR.findall(timings.group(1)):
                     self._timing(name, value)
@@ -233,8 +232,8 @@ class StartObserver:
             found = _MODEL.search(message)
             if found:
                 self.model = self._redact(found.group(1))
-        if self.engine_version is None and ("ersion" in message or "(v" in message or "sglang" in message.lower()):
-            for pattern in _VERSIONS:
+        if self.engine_version is None and any(word in message.lower() for word in self._version_words):
+            for pattern in self._version_patterns:
                 found = pattern.search(message)
                 if found:
                     self.engine_version = found.group(1)

@@ -21,13 +21,14 @@ import os.path
 import typing as t
 import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
 
-ENGINES = ("auto", "sglang", "vllm")
+ENGINES = _engines.ENGINE_NAMES
 DEFAULT_ENGINE = "sglang"
 DEFAULT_UNIT = "sglang.service"
 DEFAULT_HEALTH_URL = "http://127.0.0.1:30000/health_generate"
@@ -220,7 +221,7 @@ ROLE_ONLY_OPTIONS: Spec = {
     "stop_first": {"type": "bool", "default": True},
     "release_timeout": {"type": "int", "default": 120},
     "api_key": {"type": "str", "default": "", "no_log": True},
-    # None: on for the engines whose health endpoint does not generate (SMOKE_BY_DEFAULT), off otherwise
+    # None: on for the engines whose health endpoint does not generate (their driver's smoke_by_default)
     "smoke_test": {"type": "bool", "default": None},
     "smoke_url": {"type": "str", "default": DEFAULT_SMOKE_URL},
     # "": the first model the server lists at /v1/models (the smoke test asks it first)
@@ -278,9 +279,6 @@ CANARY_OPTIONS = (
     *("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens"),
     *("canary_thresholds", "canary_floors", "canary_on_fail"),
 )
-# vLLM's /health answers 200 while the engine cannot generate (a model its CPU attention does not
-# support dies on the first request): its gates generate one token unless told not to
-SMOKE_BY_DEFAULT = ("vllm",)
 DEPLOY_OPTIONS = (
     *("dropin_name", "dropin_content", "dropin_template", "env_file", "env_content", "env_template"),
     *("force_restart", "verify_unit", "rollback"),
@@ -366,7 +364,7 @@ def check_role_values(
         else:
             problems.append(f"{prefix}{name} {problem}")
     if "smoke_test" in values and values["smoke_test"] is None:
-        values["smoke_test"] = values.get("engine") in SMOKE_BY_DEFAULT
+        values["smoke_test"] = values.get("engine") in _engines.DRIVERS and _engines.get(values["engine"]).smoke_by_default
     problems.extend(floor_problems(values, prefix))
     problems.extend(stall_limit_problems(values.get("stall_limits"), prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))

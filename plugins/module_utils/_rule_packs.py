@@ -616,20 +616,3 @@ VLLM: RulePack = [
         "phase": "warming_up",
     },
 ]
-
-PACKS: t.Dict[str, RulePack] = {"common": COMMON, "sglang": SGLANG, "vllm": VLLM}
-# What an engine changes in the common rules it shares: SGLang's uvicorn is up before the warmup
-# request has run, so for SGLang only "The server is fired up and ready to roll" is ready.
-ENGINE_RULE_CHANGES: t.Dict[str, t.Dict[str, t.Dict[str, t.Any]]] = {
-    "sglang": {
-        "common-uvicorn-startup-complete": {
-            "class": "progress",
-            "reason": "SGLang's HTTP server is up; it still runs its warmup request, and only then is it ready.",
-        },
-    },
-}
-ENGINE_PACKS: t.Dict[str, t.Tuple[str, ...]] = {
-    "sglang": ("sglang", "common"),
-    "vllm": ("vllm", "common"),
-    "auto": ("sglang", "vllm", "common"),
-}

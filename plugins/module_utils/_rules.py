@@ -25,13 +25,14 @@ import sys
 import time
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._lines import STRUCTURE_WORDS
-from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import ENGINE_PACKS, ENGINE_RULE_CHANGES, PACKS
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import COMMON
 
 CLASSES = ("fatal", "allowlisted", "unrecognized", "ready", "progress", "info")
 PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready")
 LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-ENGINES = tuple(ENGINE_PACKS)
+ENGINES = _engines.ENGINE_NAMES
 
 REQUIRED_KEYS = ("id", "pattern", "reason")
 # where the user's own rules come from, as their labels say: rule 'site-x' (extra rules #1)
@@ -613,11 +614,18 @@ def _check_unique_ids(rules: list[Rule]) -> None:
 def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = None, disabled: t.Iterable[t.Any] | None = None) -> RuleSet:
     """The shipped packs for an engine (with that engine's changes to common rules) plus the
     user's rules, compiled."""
-    if not isinstance(engine, str) or engine not in ENGINE_PACKS:
+    return build_ruleset(engine_packs(engine), extra_rules, disabled)
+
+
+def engine_packs(engine: str) -> list[tuple[str, list[dict[str, t.Any]]]]:
+    """The shipped packs of an engine's journal, by pack name: its driver's, then the common rules
+    with its changes; every driver's (and the common rules unchanged) for ``auto``."""
+    if not isinstance(engine, str) or engine not in ENGINES:
         raise RuleError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    changes = ENGINE_RULE_CHANGES.get(engine, {})
-    packs = [(name, [dict(spec, **changes.get(spec["id"], {})) for spec in PACKS[name]]) for name in ENGINE_PACKS[engine]]
-    return build_ruleset(packs, extra_rules, disabled)
+    drivers = _engines.drivers_for(engine)
+    changes = drivers[0].rule_changes if engine in _engines.DRIVERS else {}
+    common = [dict(spec, **changes.get(spec["id"], {})) for spec in COMMON]
+    return [*((driver.name, list(driver.rule_pack)) for driver in drivers), ("common", common)]
 
 
 # -- bounded matching -----------------------------------------------------------------------------

@@ -46,9 +46,9 @@ options:
     description: The model to name in the requests; the first one C(/v1/models) lists when omitted.
     type: str
   engine:
-    description: Whose C(/metrics) names to read; both are looked for when omitted.
+    description: Whose C(/metrics) names to read; every engine's are looked for with V(auto) or when omitted.
     type: str
-    choices: [sglang, vllm]
+    choices: [auto, sglang, vllm]
   requests:
     description: Requests in the load.
     type: int
@@ -247,7 +247,7 @@ import platform  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _canary, _run_record  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils import _canary, _engines, _run_record  # noqa: E402
 
 
 def detect_hardware(module: AnsibleModule) -> str:
@@ -285,7 +285,7 @@ def main() -> None:
             "url": {"type": "str", "default": "http://127.0.0.1:30000"},
             "api_key": {"type": "str", "no_log": True},
             "model": {"type": "str"},
-            "engine": {"type": "str", "choices": ["sglang", "vllm"]},
+            "engine": {"type": "str", "choices": list(_engines.ENGINE_NAMES)},
             "requests": {"type": "int", "default": 16},
             "concurrency": {"type": "int", "default": 4},
             "prompt_tokens": {"type": "int", "default": 512, "no_log": False},

@@ -183,7 +183,7 @@ import typing as t  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines, _history  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
@@ -212,7 +212,7 @@ def main() -> None:
             "fail_on_new": {"type": "bool", "default": False},
             "stall_limit": {"type": "float", "default": 900},
             "stall_limits": {"type": "dict", "default": {}},
-            "engine": {"type": "str", "default": "sglang", "choices": ["auto", "sglang", "vllm"]},
+            "engine": {"type": "str", "default": "sglang", "choices": list(_engines.ENGINE_NAMES)},
             "extra_rules": {"type": "list", "elements": "dict", "default": []},
             "disabled_rules": {"type": "list", "elements": "str", "default": []},
             "redact": {"type": "list", "elements": "str", "default": [], "no_log": True},

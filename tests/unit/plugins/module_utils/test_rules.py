@@ -76,7 +76,7 @@ def test_disabled_rules_must_be_ids() -> None:
 
 
 def test_engine_must_be_known() -> None:
-    with pytest.raises(RuleError, match=r"engine 'tgi' is not one of sglang, vllm, auto"):
+    with pytest.raises(RuleError, match=r"engine 'tgi' is not one of auto, sglang, vllm"):
         check_rules("tgi")
     assert set(ENGINES) == {"auto", "sglang", "vllm"}
 

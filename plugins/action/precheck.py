@@ -1,0 +1,210 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of inferops.runbooks.precheck: the read-only check of a running server, as one
+phase.
+
+Check every variable, read the unit and the run record the last rollout left, take one look (unit,
+journal, health), generate one token, measure the server against its baseline, add the current
+start to the host's start history once it ended; then the report, whose verdict is the first check
+that failed (``module_utils/_runbook_report``). Each step runs one of the collection's modules on
+the host; whether a step runs is one of the small functions below, each asked of what was seen.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+import urllib.parse
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, bearer, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import smoke_test
+
+ROLE = "sglang_precheck"
+SINGLE_NODE: dict[str, t.Any] = {"deployment": None, "multi_node": False, "rank": 0, "peers": {}}
+
+
+def single_node(host: str) -> dict[str, t.Any]:
+    return {**SINGLE_NODE, "hosts": [host]}
+
+
+def generates_wanted(observed: t.Mapping[str, t.Any], option: str) -> bool:
+    """One token, or the canary's load, is sent when the option is on, on node 0, and every check
+    before it passed."""
+    options = observed.get("options") or {}
+    rank = int((observed.get("node") or {}).get("rank") or 0)
+    return bool(options.get(option)) and rank == 0 and runbook_report(dict(observed), ROLE)["verdict"] == "pass"
+
+
+def start_ended(probe: t.Mapping[str, t.Any]) -> bool:
+    """The current invocation's start ended: it got ready, or the unit failed or stopped."""
+    journal, unit = probe.get("journal") or {}, probe.get("unit") or {}
+    return bool(journal.get("ready")) or unit.get("ActiveState") in ("failed", "inactive")
+
+
+def start_passed(probe: t.Mapping[str, t.Any]) -> bool:
+    """It got ready with nothing fatal in its journal (the health now is the precheck's business)."""
+    journal = probe.get("journal") or {}
+    return bool(journal.get("ready")) and not journal.get("fatal")
+
+
+def history_wanted(observed: t.Mapping[str, t.Any]) -> bool:
+    options, probe = observed.get("options") or {}, observed.get("probe") or {}
+    invocation = (probe.get("journal") or {}).get("invocation_id")
+    return bool(options) and bool(options.get("history")) and bool(invocation) and start_ended(probe)
+
+
+def look_summary(probe: Result) -> dict[str, t.Any]:
+    """What ``-v`` shows of the look: the unit's state, how the journal was read, its verdict, the health."""
+    journal, unit, health = probe.get("journal") or {}, probe.get("unit") or {}, probe.get("health") or {}
+    return {
+        "unit": {key: unit.get(key) for key in ("ActiveState", "SubState", "InvocationID")},
+        "journal": {key: journal.get(key) for key in ("verdict", "reason", "phase", "lines", "ready_line", "reading")},
+        "health": {key: health.get(key) for key in ("status", "ok", "error")},
+    }
+
+
+def server_url(url: str) -> str:
+    """The server of a URL: its scheme and network location."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class ActionModule(ActionBase):
+    """The precheck of one host; see the module docs."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS: frozenset[str] = frozenset()
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
+        task_vars = task_vars or {}
+        result: Result = super().run(tmp, task_vars)
+        del tmp
+        steps = Steps(self, task_vars)
+        host = str(task_vars.get("inventory_hostname", ""))
+        api_key = steps.variable(f"{ROLE}_api_key", "")
+        observed: dict[str, t.Any] = {
+            "host": host,
+            "unit": steps.variable(f"{ROLE}_unit", ""),
+            "options": {},
+            "node": {},
+            "state": {},
+            "probe": {},
+            "record": {},
+            "smoke": {},
+            "smoke_journal": {},
+            "failure": None,
+            "check_mode": bool(self._task.check_mode),
+            "started_at": time.time(),
+            "history": {},
+            "canary": {},
+        }
+        hidden = secrets(api_key, steps.variable(f"{ROLE}_redact", []))
+        try:
+            self._look(steps, observed, hidden)
+            self._generate(steps, observed, api_key, hidden)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        report = runbook_report(observed, ROLE)
+        node = observed["node"] or single_node(host)
+        options = observed["options"]
+        given_dir = steps.variable(f"{ROLE}_report_dir", "")
+        report_dir = options.get("report_dir", "") if options else given_dir if isinstance(given_dir, str) else ""
+        batch = [str(name) for name in task_vars.get("ansible_play_batch") or [host]]
+        reporter = next((name for name in node.get("hosts") or [host] if name in batch), host) == host
+        result.update(
+            changed=False,
+            report=report,
+            node=node,
+            report_dir=report_dir,
+            reporter=reporter,
+            steps=steps.done,
+            **({"warnings": steps.warnings} if steps.warnings else {}),
+            ansible_facts={"sglang_precheck_report": report, "sglang_precheck_started_at": observed["started_at"]},
+        )
+        return result
+
+    def _look(self, steps: Steps, observed: dict[str, t.Any], hidden: list[str]) -> None:
+        """The variables checked, the unit read, the run record read, one look taken; a failed step
+        is kept for the report instead of failing the host before it."""
+        try:
+            checked = steps.run_action("inferops.runbooks.check_options", {"role": ROLE})
+            if checked.get("failed"):
+                raise StepFailed("probe", "Validate | Check every variable and every rule on the controller", checked)
+            options, observed["options"], observed["node"] = checked["options"], checked["options"], checked.get("node") or {}
+            state = steps.module("probe", "Precheck | Read the state of the unit", "inferops.runbooks.unit_info", {"unit": options["unit"]}, always=True)
+            observed["state"] = state.get("unit") or {}
+            observed["record"] = steps.module(
+                "probe", "Precheck | Read the run record the last rollout left", "inferops.runbooks.run_record", {"unit": options["unit"]}, always=True
+            )
+            if observed["state"].get("LoadState") != "loaded":
+                return
+            observed["probe"] = steps.module(
+                "probe",
+                "Precheck | Probe the unit, classify the current invocation's journal, probe health",
+                "inferops.runbooks.service_probe",
+                {
+                    **{name: options[name] for name in ("unit", "engine", "health_url", "health_timeout", "extra_rules", "disabled_rules", "strict")},
+                    "redact": hidden,
+                    "tail_lines": 20,
+                    "journal_grep": options["journal_grep"],
+                    "journal_state": bool(options["incremental"]) and not self._task.check_mode,
+                },
+                always=True,
+                shown=look_summary,
+            )
+        except StepFailed as failed:
+            observed["failure"] = failed.failure
+
+    def _generate(self, steps: Steps, observed: dict[str, t.Any], api_key: t.Any, hidden: list[str]) -> None:
+        """One token, the canary and the start history, each when what was seen before asks for it."""
+        options = observed["options"]
+        if generates_wanted(observed, "smoke_test"):
+            invocation = (observed["probe"].get("unit") or {}).get("InvocationID") or "current"
+            scan = {
+                **{name: options[name] for name in ("unit", "engine", "extra_rules", "disabled_rules", "strict")},
+                "invocation": invocation,
+                "redact": hidden,
+            }
+            observed["smoke"], observed["smoke_journal"] = smoke_test(
+                steps, options["smoke_url"], options["smoke_model"], bearer(api_key), options["smoke_timeout"], scan
+            )
+        if generates_wanted(observed, "canary"):
+            observed["canary"] = steps.module(
+                "canary",
+                "Precheck | Measure the server against the host's baseline",
+                "inferops.runbooks.perf_canary",
+                {
+                    "unit": options["unit"],
+                    "url": server_url(options["health_url"]),
+                    **({"api_key": api_key} if api_key not in (None, "") else {}),
+                    **({"model": options["smoke_model"]} if options["smoke_model"] else {}),
+                    "engine": options["engine"],
+                    **{name: options[f"canary_{name}"] for name in ("requests", "concurrency", "prompt_tokens", "max_tokens", "thresholds", "floors")},
+                    "seed_baseline": False,
+                    "host": observed["host"],
+                },
+                may_fail=True,
+            )
+        if history_wanted(observed):
+            probe = observed["probe"]
+            passed = start_passed(probe)
+            observed["history"] = steps.module(
+                "history",
+                "Precheck | Add the current start to this host's start history once it ended",
+                "inferops.runbooks.start_history",
+                {
+                    "unit": options["unit"],
+                    "invocation_id": probe["journal"]["invocation_id"],
+                    "outcome": "pass" if passed else "fail",
+                    **({"reason": "ready"} if passed else {}),
+                    **{name: options[name] for name in ("engine", "extra_rules", "disabled_rules", "fail_on_new")},
+                    "redact": hidden,
+                    "size": options["history_size"],
+                    "min_good": options["history_min_good"],
+                    "slow_ratio": options["history_slow_ratio"],
+                },
+                may_fail=True,
+            )

@@ -1,0 +1,48 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What an engine driver provides: the interface every ``_engines/<name>.py`` fills in.
+
+Private to the collection; may change at any time. Standard library only, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+RulePack = t.List[t.Dict[str, t.Any]]
+
+
+class DecodeLog(t.NamedTuple):
+    """How an engine logs its own decoding figures while it serves."""
+
+    # what the canary's report calls the figures' source, and how it counts the lines it read
+    source: str
+    line_word: str
+    note: str
+    # parses one message: the figures (``gen_throughput`` in tokens/s, ``running``, ``queue`` and
+    # what else the line holds) or None when the message is not such a line
+    parse: t.Callable[[str], t.Optional[t.Dict[str, float]]]
+
+
+class EngineDriver(t.NamedTuple):
+    """One inference engine, as the collection sees it."""
+
+    name: str
+    # the engine's rule pack (``_rule_packs``), under this pack name in rule sources
+    rule_pack: RulePack
+    # what the engine changes in the common rules it shares, by rule id
+    rule_changes: t.Mapping[str, t.Mapping[str, t.Any]]
+    # whether the start's gates generate a token by default: an engine whose health endpoint
+    # answers 200 while it cannot generate needs it
+    smoke_by_default: bool
+    # the server's latency histograms in /metrics, by figure, in the order they are looked for
+    histograms: t.Mapping[str, t.Tuple[str, ...]]
+    # the engine's decode figures in its journal
+    decode_log: DecodeLog
+    # lines that name the engine's version (group 1 is the version), looked for only in lines that
+    # hold one of the words (lower case)
+    version_words: t.Tuple[str, ...]
+    version_patterns: t.Tuple[re.Pattern[str], ...]
+    # a line of the engine's own start timings (group 1 holds ``name=seconds`` pairs), if it logs one
+    timings_pattern: t.Optional[re.Pattern[str]]

@@ -1,0 +1,63 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The vLLM driver.
+
+Private to the collection; may change at any time. Standard library only, no Ansible imports.
+
+vLLM prints its level (``ERROR 07-09 00:57:28 [file.py:487] ...``). Its ``/health`` answers 200
+while the engine cannot generate (a model its CPU attention does not support dies on the first
+request), so its gates generate one token by default.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver
+from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import VLLM
+
+# every 10 s while it serves: ``Avg prompt throughput: 0.0 tokens/s, Avg generation throughput:
+# 812.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, ...``
+_STATS = re.compile(
+    r"Avg generation throughput:\s*(?P<gen>[0-9.]+)\s*tokens/s(?:,\s*Running:\s*(?P<running>\d+)\s*reqs)?(?:,\s*(?:Waiting|Pending):\s*(?P<queue>\d+)\s*reqs)?"
+)
+
+
+def stats_figures(message: str) -> t.Optional[t.Dict[str, float]]:
+    """The figures of one periodic stats line; None when ``message`` is none."""
+    match = _STATS.search(message)
+    if not match:
+        return None
+    figures = {"gen_throughput": float(match["gen"])}
+    if match["running"] is not None:
+        figures["running"] = float(match["running"])
+    if match["queue"] is not None:
+        figures["queue"] = float(match["queue"])
+    return figures
+
+
+DRIVER = EngineDriver(
+    name="vllm",
+    rule_pack=VLLM,
+    rule_changes={},
+    smoke_by_default=True,
+    # vLLM renamed its ITL histogram: the new name first
+    histograms={
+        "ttft": ("vllm:time_to_first_token_seconds",),
+        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    },
+    decode_log=DecodeLog(
+        source="vllm_stats",
+        line_word="stats line",
+        # vLLM's figures are averages over its logging interval, idle time included
+        note="each an average over vLLM's 10 s logging interval",
+        parse=stats_figures,
+    ),
+    version_words=("version", "(v"),
+    version_patterns=(
+        re.compile(r"\bvLLM API server version\s+v?(\d+\.\d+[\w.+\-]*)"),
+        re.compile(r"\bLLM engine \(v(\d+\.\d+[\w.+\-]*)\)"),
+    ),
+    timings_pattern=None,
+)

@@ -1,0 +1,123 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every phase of a rollout does around its decisions: run the collection's modules on the
+managed host (``_execute_module``, as ansible-core's ``reboot`` action does), name each step, keep
+the first failed step for the report, and read the role's variables as the role sees them.
+
+Private to the collection; may change at any time. Controller side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import typing as t
+
+from ansible.errors import AnsibleError
+
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+
+Result = dict[str, t.Any]
+
+
+class StepFailed(Exception):
+    """A step of a phase failed: its stage, its name and its result, as a rescue would keep them."""
+
+    def __init__(self, stage: str, step: str, result: t.Mapping[str, t.Any]) -> None:
+        super().__init__(f"{step}: {result.get('msg', 'failed')}")
+        self.failure = {"stage": stage, "step": step, "result": dict(result)}
+
+
+class Steps:
+    """Runs a phase's steps through one action plugin and keeps what each did (shown with ``-v``)."""
+
+    def __init__(self, action: t.Any, task_vars: dict[str, t.Any]) -> None:
+        self.action = action
+        self.task_vars = task_vars
+        self.done: list[dict[str, t.Any]] = []
+        # the modules' warnings, passed on to the phase's result for Ansible to show
+        self.warnings: list[str] = []
+
+    def module(
+        self,
+        stage: str,
+        step: str,
+        name: str,
+        args: t.Mapping[str, t.Any],
+        *,
+        may_fail: bool = False,
+        always: bool = False,
+        shown: t.Callable[[Result], t.Mapping[str, t.Any]] | None = None,
+    ) -> Result:
+        """Runs module ``name`` on the host; StepFailed unless it passed or ``may_fail``. With
+        ``always`` it runs in check mode as well (a read that the module cannot do in check mode);
+        ``shown`` picks what ``-v`` shows of its result."""
+        started = time.monotonic()
+        with self.outside_check_mode(always):
+            result: Result = self.action._execute_module(module_name=name, module_args=dict(args), task_vars=self.task_vars)
+        self.note(step, result, time.monotonic() - started)
+        self.warnings.extend(str(warning) for warning in result.get("warnings") or [] if str(warning) not in self.warnings)
+        if shown is not None and not result.get("failed"):
+            self.done[-1]["saw"] = dict(shown(result))
+        if (result.get("failed") or result.get("unreachable")) and not may_fail:
+            raise StepFailed(stage, step, result)
+        return result
+
+    def note(self, step: str, result: t.Mapping[str, t.Any], seconds: float) -> None:
+        outcome = "failed" if result.get("failed") else "skipped" if result.get("skipped") else "ok"
+        self.done.append({"step": step, "outcome": outcome, "seconds": round(seconds, 2)})
+
+    @contextlib.contextmanager
+    def outside_check_mode(self, always: bool) -> t.Iterator[None]:
+        task = self.action._task
+        saved = task.check_mode
+        if always:
+            task.check_mode = False
+        try:
+            yield
+        finally:
+            task.check_mode = saved
+
+    def variable(self, name: str, default: t.Any = None) -> t.Any:
+        """A role variable templated as the role's tasks would see it; ``default`` when unset."""
+        if name not in self.task_vars:
+            return default
+        try:
+            return plain(self.action._templar.template(self.task_vars[name]))
+        except AnsibleError:
+            return default
+
+    def run_action(self, name: str, args: t.Mapping[str, t.Any]) -> Result:
+        """Runs another action plugin of the collection with ``args`` (as ansible-core's ``template``
+        action runs ``copy``)."""
+        task = self.action._task.copy()
+        task.args = dict(args)
+        other = self.action._shared_loader_obj.action_loader.get(
+            name,
+            task=task,
+            connection=self.action._connection,
+            play_context=self.action._play_context,
+            loader=self.action._loader,
+            templar=self.action._templar,
+            shared_loader_obj=self.action._shared_loader_obj,
+        )
+        started = time.monotonic()
+        result: Result = other.run(task_vars=self.task_vars)
+        self.note(name, result, time.monotonic() - started)
+        return result
+
+
+def secrets(api_key: t.Any, redact: t.Any) -> list[str]:
+    """The texts taken out of every result on the target: the API key, and the user's list of
+    secrets (a list, or comma-separated text from an AWX survey)."""
+    found = [str(api_key)] if api_key not in (None, "") else []
+    if isinstance(redact, str):
+        found += [item.strip() for item in redact.split(",") if item.strip()]
+    elif isinstance(redact, (list, tuple)):
+        found += [str(item) for item in redact if item not in (None, "")]
+    return found
+
+
+def bearer(api_key: t.Any) -> dict[str, str]:
+    """The request headers that carry an API key; none without one."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key not in (None, "") else {}
