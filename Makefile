@@ -18,9 +18,10 @@ setup:
 test: setup lint sanity unit integration
 
 lint: setup
-	$(BIN)/ruff check plugins tests bench
-	$(BIN)/ruff format --check plugins tests bench
+	$(BIN)/ruff check plugins tests bench extensions
+	$(BIN)/ruff format --check plugins tests bench extensions
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
+	$(BIN)/mypy extensions/eda/plugins/event_source
 	$(BIN)/ansible-lint --profile production
 
 # on the newest ansible-core (tests/ansible-core-versions.txt), with its ansible-test
@@ -42,9 +43,11 @@ integration: setup versions-venvs
 	$(PYTHON) -m tests.harness.versions test
 
 # ---- ansible-core versions (tests/ansible-core-versions.txt) and molecule ----------------------
-# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE)
+# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE), and
+# ansible-rulebook's (tests/requirements-rulebook.txt) for the Event-Driven Ansible test
 versions-venvs: setup
 	$(PYTHON) -m tests.harness.versions setup
+	$(PYTHON) -m tests.harness.rulebook setup
 
 # the whole integration suite on the development venv only
 integration-dev: setup
@@ -55,11 +58,13 @@ molecule: setup
 
 # this collection side by side with the usual playbook and the probe style (~40 min), the three waiting
 # through a 5-minute start (the GPU host's CPU per phase, ~25 min), then the precheck's read of a
-# 5,000,000-entry journal, first and second run, with and without --grep (~15 min; docs/benchmarks.md)
+# 5,000,000-entry journal, first and second run, with and without --grep (~15 min), and the rollout
+# page of a 16-host run, its size and time (a second; docs/benchmarks.md)
 bench: setup
 	$(PYTHON) bench/side_by_side.py
 	$(PYTHON) bench/side_by_side.py --cost-only --sizes 1 --repeats 1 --cost-start 300 --stall-limit 400 --budget 700 --scenarios ok
 	$(PYTHON) bench/precheck_journal.py
+	$(PYTHON) bench/rollout_page.py
 
 demo: setup
 	$(PYTHON) -m tests.harness.demo

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(debootstrap systemd-container zstd openssh-client iproute2 curl rsync shellcheck)
+# chromium: the rollout page's browser test; openjdk-17-jre-headless: ansible-rulebook's rules
+# engine (Drools) runs on Java 17
+DEBIAN_PACKAGES=(debootstrap systemd-container zstd openssh-client iproute2 curl rsync shellcheck chromium openjdk-17-jre-headless)
 VENV=.venv
 STAMP="$VENV/.requirements.sha256"
 

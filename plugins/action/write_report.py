@@ -1,10 +1,20 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller side of inferops.runbooks.write_report: a runbook report's JSON and JUnit XML files, in one step.
+"""Controller side of inferops.runbooks.write_report: a runbook report's JSON and JUnit XML files, and the
+run's page, in one step.
 
 The files are the controller's, so they are written here, directly, each atomically (a temporary
 file in the same directory, then a rename); the managed host is not contacted. Rendering is
-``module_utils/_render``'s.
+``module_utils/_render``'s and ``plugin_utils/_rollout_page``'s.
+
+The run's page (``<run>.html``) shows every host of the play that has a report so far: the reports
+are the play's hosts' ``<role>_report`` facts (this host's is the one given), read from hostvars, so
+nothing is read back from the report directory and a report of an earlier run beside them is never
+mixed in. It is written again after each host's report; its name, the role and the earliest start
+among the run's hosts (their ``<role>_started_at`` facts, set as the role begins, and their reports'
+starts), stays the same through the run: a host that fails early and reports first names the page
+as the others will. The batches are the play's own (its ``serial``). A multi-node deployment's
+report also gets its own page, ``<deployment>.html``.
 """
 
 from __future__ import annotations
@@ -16,8 +26,10 @@ import tempfile
 import typing as t
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.helpers import pct_to_int
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout_page
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 ARGUMENT_SPEC: dict[str, t.Any] = {
@@ -79,8 +91,14 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"write_report: {exc}")
             return result
         texts = {files["json"]: _render.report_json(report), files["junit"]: _render.junit_xml(report, report_dir)}
+        try:
+            pages = self._pages(report, report_dir, task_vars or {})
+        except ValueError as exc:
+            result.update(failed=True, msg=f"write_report: the run's page: {exc}")
+            return result
+        texts.update(pages)
         if self._task.check_mode:
-            result.update(changed=True, files=files, msg="check mode: the report files were not written")
+            result.update(changed=True, files=files, pages=list(pages), msg="check mode: the report files were not written")
             return result
         try:
             os.makedirs(report_dir, mode=DIR_MODE, exist_ok=True)
@@ -88,5 +106,69 @@ class ActionModule(ActionBase):
         except OSError as exc:
             result.update(failed=True, files=files, msg=f"cannot write the report files in {report_dir} on the controller: {exc}")
             return result
-        result.update(changed=any(changed), files=files)
+        result.update(changed=any(changed), files=files, pages=list(pages))
         return result
+
+    def _pages(self, report: dict[str, t.Any], report_dir: str, task_vars: dict[str, t.Any]) -> dict[str, str]:
+        """{path: text} of the run's page, and of the deployment's page for a deployment's report."""
+        directory = report_dir.rstrip("/") or "/"
+        pages: dict[str, str] = {}
+        if _render.is_deployment(report):
+            pages[f"{directory}/{report.get('deployment')}{_render.form_of(report).file_suffix}.html"] = _rollout_page.deployment_page(report)
+        hosts = [str(host) for host in task_vars.get("ansible_play_hosts_all") or []]
+        hostvars = task_vars.get("hostvars")
+        reports = run_reports(report, hosts, hostvars)
+        if reports:
+            name = _rollout_page.run_name(reports, run_starts(str(report.get("role")), hosts, hostvars))
+            pages[f"{directory}/{name}.html"] = _rollout_page.run_page(reports, _rollout_page.batches_of(hosts, self._serial(len(hosts))), name)
+        return pages
+
+    def _serial(self, host_count: int) -> list[int]:
+        """The play's batch sizes (``serial``, percentages made counts); [] for one batch."""
+        try:
+            serial = self._task.get_play().serial or []
+        except AttributeError:
+            return []
+        sizes = serial if isinstance(serial, list) else [serial]
+        try:
+            return [pct_to_int(size, host_count) for size in sizes]
+        except (TypeError, ValueError):
+            return []
+
+
+def _fact(hostvars: t.Any, host: str, name: str) -> t.Any:
+    """A host's fact (None when it has none), as plain data."""
+    try:
+        return plain(hostvars[host].get(name)) if hostvars is not None else None
+    except (KeyError, TypeError):
+        return None
+
+
+def run_starts(role: str, hosts: list[str], hostvars: t.Any) -> list[float]:
+    """When each of the run's hosts began the role (its ``<role>_started_at`` fact, seconds since the
+    epoch), whether or not it has reported yet."""
+    starts = []
+    for host in hosts:
+        try:
+            starts.append(float(_fact(hostvars, host, f"{role}_started_at")))
+        except (TypeError, ValueError):
+            continue
+    return starts
+
+
+def run_reports(report: dict[str, t.Any], hosts: list[str], hostvars: t.Any) -> list[dict[str, t.Any]]:
+    """The reports of the run's hosts so far, in play order: each host's ``<role>_report`` fact, and
+    this report for its own host (a deployment's report is drawn from its nodes' facts)."""
+    fact = f"{report.get('role')}_report"
+    own = None if _render.is_deployment(report) else str(report.get("host"))
+    reports = []
+    for host in hosts:
+        if host == own:
+            reports.append(report)
+            continue
+        found = _fact(hostvars, host, fact)
+        if isinstance(found, dict) and found.get("role") == report.get("role") and found.get("verdict") != "skipped":
+            reports.append(found)
+    if own is not None and own not in hosts:
+        reports.append(report)
+    return reports

@@ -705,6 +705,8 @@ def history_section(observed: Observed) -> dict[str, t.Any] | None:
         "good_starts": int(summary.get("good_starts") or 0),
         "low": baseline.get("low"),
         "high": baseline.get("high"),
+        # each phase's usual (median) time in the good starts, for the rollout page
+        "usual": _mapping(baseline.get("phases")),
         "slow": list(summary.get("slow") or []),
         "templates": _mapping(summary.get("templates")),
         "new_unrecognized": list(summary.get("new_unrecognized") or []),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: write_report
-short_description: Write a runbook report's JSON and JUnit XML files on the controller
+short_description: Write a runbook report's JSON and JUnit XML files, and the run's page, on the controller
 version_added: 0.1.0
 description:
   - Writes the report of a runbook role (from P(inferops.runbooks.runbook_report#filter)) as two files in
@@ -16,6 +16,15 @@ description:
     P(inferops.runbooks.sglang_precheck#role).
   - The report of a multi-node deployment (from P(inferops.runbooks.deployment_verdict#filter)) is named after the
     deployment - C(<deployment>.json) and C(<deployment>.junit.xml) (C(.precheck) for the precheck).
+  - Writes the run's page beside them, C(<run>.html) (C(restart-<start>.html) or C(precheck-<start>.html), named after
+    the earliest start among the run's hosts) - one self-contained HTML page (inline CSS and SVG, no script, nothing
+    loaded from elsewhere, every journal text escaped) with a timeline per host drawn to one scale (the time before
+    the start, each phase of the cold start, what came after or the rollback's own start, the first fatal line marked,
+    the time out of the router), the hosts batch by batch, canary first, each with its verdict and reason, its
+    fatal lines and tracebacks, its allowlisted and unrecognized lines by rule, what is new since its last good
+    start and its canary's figures, and the hosts much slower than their peers. The page holds every host of the
+    play that has reported so far (their C(<role>_report) facts) and is written again after each host's report.
+  - A multi-node deployment's report also gets its own page, C(<deployment>.html), a timeline per node.
   - Creates O(report_dir) when it is missing; each file is replaced atomically, and left alone when it already holds
     the same report.
   - Runs on the controller in one step (no module is sent anywhere), so reporting a failed restart takes
@@ -67,4 +76,10 @@ files:
   returned: always
   type: dict
   sample: {"json": "/var/tmp/sglang-reports/gpu-node-01.json", "junit": "/var/tmp/sglang-reports/gpu-node-01.junit.xml"}
+pages:
+  description: The HTML pages written (or that would be in check mode), the run's and a deployment's.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/var/tmp/sglang-reports/restart-20261203T120034Z.html"]
 """

@@ -157,6 +157,10 @@ def test_a_crash_on_node_1_fails_the_canary_deployment_fast_and_names_node_1(top
     assert nodes["sim1"]["after_root_cause"] > 0 and nodes["sim1"]["reason"] in ("peer_failed", "fatal_log")
     failure = ET.parse(reports / "dsr1.junit.xml").getroot().find("./testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "fatal_log" and "sim2 (node 1)" in (failure.get("message") or "")
+    # the deployment's page (a bar per node) and the run's, beside the reports
+    page = (reports / "dsr1.html").read_text()
+    assert "root cause: sim2 (node 1), fatal_log" in page and page.count("<svg class='bar'") == 2
+    assert len(list(reports.glob("restart-*.html"))) == 1
 
     # fast: every node's wait ended within seconds of node 1's fatal line (journal time)
     fatal_at = root["first_fatal"]["realtime"] / 1e6

@@ -42,6 +42,9 @@ def test_galaxy_build_gives_a_clean_tarball(tmp_path: Path) -> None:
     with tarfile.open(tarball) as archive:
         names = archive.getnames()
     assert "plugins/module_utils/_classifier.py" in names
+    # Event-Driven Ansible finds these in an installed collection: inferops.runbooks.serving_watch, .restart_on_stall
+    assert "extensions/eda/plugins/event_source/serving_watch.py" in names
+    assert "extensions/eda/rulebooks/restart_on_stall.yml" in names
     assert "galaxy.yml" not in names and "MANIFEST.json" in names
     leaked = [name for name in names if any(part in name + "/" for part in FORBIDDEN_IN_TARBALL)]
     assert not leaked, leaked

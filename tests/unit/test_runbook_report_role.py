@@ -49,7 +49,7 @@ def test_one_node_publishes_the_deployments_report_and_every_node_fails_with_it(
 
     expected = deployment_verdict("dsr1", list(reports.values()))
     written = tmp_path / "reports"
-    assert sorted(path.name for path in written.iterdir()) == ["dsr1.json", "dsr1.junit.xml"]  # no file per node
+    assert sorted(path.name for path in written.iterdir()) == ["dsr1.html", "dsr1.json", "dsr1.junit.xml"]  # no file per node
     assert json.loads((written / "dsr1.json").read_text()) == expected
     assert (written / "dsr1.junit.xml").read_text() == junit_xml(expected, str(written))
     summary = summary_lines(expected, str(written))

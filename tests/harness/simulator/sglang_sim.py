@@ -11,7 +11,7 @@ Environment (the unit reads ``/etc/sglang-sim/scenario.env``; the simulator itse
 injected there is no change of the unit's configuration, as a real server's hang or slow disk is not):
 
 ``SIM_SCENARIO``           ok (default) | crash | hang | crash_loop | health_503 | slow_health |
-                           unknown_error | ready_then_crash
+                           unknown_error | ready_then_crash | wedged | engine_dead
 ``SIM_PHASE``              where crash / hang / crash_loop strike: starting | loading_weights |
                            allocating_kv_cache | capturing_cuda_graphs | warming_up
                            (default loading_weights; crash_loop: starting)
@@ -34,6 +34,7 @@ injected there is no change of the unit's configuration, as a real server's hang
 ``SIM_HEALTH_DELAY``       seconds the health endpoints wait before answering, default 0
                            (slow_health: 25)
 ``SIM_CRASH_AFTER_READY``  seconds between ready and the crash of ready_then_crash, default 3
+``SIM_WEDGE_AFTER``        seconds between ready and the failure of wedged and engine_dead, default 0
 ``SIM_NNODES``             nodes of one multi-node server (SGLang's --nnodes), default 1
 ``SIM_NODE_RANK``          this node's rank (--node-rank), default 0
 ``SIM_DIST_INIT_ADDR``     HOST:PORT where node 0 listens for the others (--dist-init-addr); needed
@@ -78,6 +79,11 @@ Scenarios and how they end:
 * unknown_error: an ok start with ``Frobnicator returned error state 7, continuing`` on TP0.
 * ready_then_crash: ready, then after SIM_CRASH_AFTER_READY seconds a scheduler exception (CUDA
   illegal memory access), sigquit and SIGKILL.
+* wedged: ready, then after SIM_WEDGE_AFTER seconds the scheduler stops without a word (SGLang #6624):
+  the process runs, the port answers, /health and /health_generate answer 200, and every generation
+  request is taken, counted as running and never answered; the generated-token counter stands still.
+* engine_dead: ready, then after SIM_WEDGE_AFTER seconds the engine dies behind a live API server
+  (vLLM #39863): its error in the journal, /health still 200, every generation answered 500 at once.
 
 Multi-node mode (SIM_NNODES > 1, SGLang only): SIM_TP counts the ranks of all nodes (``--tp 16`` on
 2 nodes: TP0-7 on node 0, TP8-15 on node 1). The nodes really rendezvous over the network: node 0
@@ -123,7 +129,9 @@ PHASE_SECONDS_VARS = {
     "capturing_cuda_graphs": "SIM_CAPTURE_SECONDS",
     "warming_up": "SIM_WARMUP_SECONDS",
 }
-SCENARIOS = ("ok", "crash", "hang", "crash_loop", "health_503", "slow_health", "unknown_error", "ready_then_crash")
+SCENARIOS = ("ok", "crash", "hang", "crash_loop", "health_503", "slow_health", "unknown_error", "ready_then_crash", "wedged", "engine_dead")
+# the scenarios whose server stays up and stops serving after it was ready
+STOPS_SERVING = ("wedged", "engine_dead")
 FAILURES = ("cuda_oom", "nccl", "scheduler_exception", "address_in_use", "oom_killed")
 ENGINES = ("sglang", "vllm")
 DEFAULT_PHASE_BY_SCENARIO = {"crash_loop": "starting"}
@@ -251,6 +259,7 @@ class Config:
     shards: int = 163
     health_delay: float = 0.0
     crash_after_ready: float = 3.0
+    wedge_after: float = 0.0
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: tuple[str, int] | None = None
@@ -298,6 +307,7 @@ class Config:
             shards=_env_int(env, "SIM_SHARDS", 163, 1),
             health_delay=_env_float(env, "SIM_HEALTH_DELAY", SLOW_HEALTH_DEFAULT_DELAY if scenario == "slow_health" else 0.0),
             crash_after_ready=_env_float(env, "SIM_CRASH_AFTER_READY", 3.0),
+            wedge_after=_env_float(env, "SIM_WEDGE_AFTER", 0.0),
             generate_seconds=_env_float(env, "SIM_GENERATE_SECONDS", 0.0),
             ttft_seconds=_env_float(env, "SIM_TTFT_SECONDS", 0.0),
             tokens_per_second=_env_float(env, "SIM_TOKENS_PER_SECOND", 0.0),
@@ -902,6 +912,8 @@ class ServeState:
 
     healthy: threading.Event = field(default_factory=threading.Event)
     generating: threading.Event = field(default_factory=threading.Event)
+    wedged: threading.Event = field(default_factory=threading.Event)  # generation taken, never answered
+    engine_dead: threading.Event = field(default_factory=threading.Event)  # generation answered 500
     lock: threading.Lock = field(default_factory=threading.Lock)
     in_flight: int = 0
     running_requests: int = 0
@@ -1049,6 +1061,9 @@ class SimApp:
         """(payload, text, prompt tokens, completion tokens) of a generation request, or its error."""
         if not self.state.generating.is_set():
             return json_response(503, {"object": "error", "message": "The server is not ready to generate.", "code": 503})
+        if self.state.engine_dead.is_set():
+            message = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+            return json_response(500, {"object": "error", "message": message, "type": "EngineDeadError", "code": 500})
         payload = parse_json_object(request.body)
         if payload is None:
             return json_response(400, {"object": "error", "message": "Invalid JSON body", "code": 400})
@@ -1077,11 +1092,13 @@ class SimApp:
         self.state.track_running(+1)
         try:
             self.sim.log_batch(prompt_tokens)
+            self._hold_while_wedged()
             time.sleep(cfg.generate_seconds + cfg.ttft_seconds)
             first = last = time.monotonic()
             self.state.observe(ttft=first - arrived)
             yield 0
             for n in range(1, generation_tokens):
+                self._hold_while_wedged()
                 if cfg.tokens_per_second > 0:
                     time.sleep(max(0.0, first + n / cfg.tokens_per_second - time.monotonic()))
                 now = time.monotonic()
@@ -1094,6 +1111,11 @@ class SimApp:
             if slots is not None:
                 slots.release()
         self.state.count_generation(prompt_tokens, generation_tokens)
+
+    def _hold_while_wedged(self) -> None:
+        """A wedged scheduler holds its requests until the server is stopped."""
+        while self.state.wedged.is_set() and not self.sim.stop.requested:
+            time.sleep(0.05)
 
     def _stream(self, payload: Mapping[str, object], text: str, prompt_tokens: int, generation_tokens: int) -> Iterator[bytes]:
         """A streamed completion as the OpenAI-compatible servers send it: one event per token."""
@@ -1381,6 +1403,13 @@ class Simulator:
             self.stop.sleep(self.cfg.crash_after_ready)
             failure = self.cfg.failure
             self._strike(SERVING, "scheduler_exception" if failure == "address_in_use" else failure)
+        if self.cfg.scenario in STOPS_SERVING:
+            self.stop.sleep(self.cfg.wedge_after)
+            if self.cfg.scenario == "wedged":
+                self.state.wedged.set()
+            else:
+                self.engine_died()
+                self.state.engine_dead.set()
         while True:
             self.stop.sleep(3600)
 
@@ -1444,6 +1473,10 @@ class Simulator:
         raise NotImplementedError
 
     def bind_failed(self, errno: int, strerror: str) -> NoReturn:
+        raise NotImplementedError
+
+    def engine_died(self) -> None:
+        """The lines of an engine that died behind its API server (which goes on answering)."""
         raise NotImplementedError
 
     def shutdown_lines(self) -> None:
@@ -1737,6 +1770,13 @@ class SglangSimulator(Simulator):
         self.main_line(SIGQUIT_LINE)
         kill_self()
 
+    def engine_died(self) -> None:
+        self.console.end_partial_line()
+        self.rank_line(self.lead_rank, "Scheduler hit an exception: Traceback (most recent call last):")
+        for line in sglang_traceback(SERVING, "scheduler_exception", self.lead_rank, self.pid):
+            self.console.line(line)
+        self.console.line("")
+
     def bind_failed(self, errno: int, strerror: str) -> NoReturn:
         address = (self.cfg.host, self.cfg.port)
         self.main_line(f"ERROR:    [Errno {errno}] error while attempting to bind on address {address!r}: {strerror.lower()}")
@@ -1885,7 +1925,7 @@ class VllmSimulator(Simulator):
             self.console.line(line)
         self.console.line("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
 
-    def _engine_dead(self) -> None:
+    def engine_died(self) -> None:
         self.log("ERROR", "core.py:517", "EngineCore encountered a fatal error.")
         self.log("ERROR", "async_llm.py:420", "AsyncLLM output_handler failed.")
         self.log(
@@ -1893,6 +1933,9 @@ class VllmSimulator(Simulator):
             "async_llm.py:420",
             "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
         )
+
+    def _engine_dead(self) -> None:
+        self.engine_died()
         self.shutdown_lines()
 
     def bind_failed(self, errno: int, strerror: str) -> NoReturn:
