@@ -29,11 +29,13 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import 
     GrepUnavailable,
     JournalFollower,
     JournalReader,
+    Runner,
     SystemdError,
     identity,
     is_invocation_id,
     journal_command,
     message_text,
+    run_command,
     unit_name,
     unit_state,
 )
@@ -99,11 +101,12 @@ def open_pidfd(pid: int) -> int | None:
 class Watch:
     """One call's look at the unit: the journal followed, the unit's state kept current."""
 
-    def __init__(self, systemctl: str, unit: str, scanner: Scanner, tail_lines: int) -> None:
+    def __init__(self, systemctl: str, unit: str, scanner: Scanner, tail_lines: int, runner: Runner = run_command) -> None:
         self.unit = unit
         self.scanner = scanner
         self.systemctl = systemctl
-        self.first = self.state = unit_state(unit, systemctl=self.systemctl)
+        self.runner = runner
+        self.first = self.state = unit_state(unit, self.runner, self.systemctl)
         self.state_at = time.monotonic()
         self.tail: deque[str] = deque(maxlen=max(tail_lines, 1))
         self.tail_lines = tail_lines
@@ -140,7 +143,7 @@ class Watch:
 
     def refresh(self, force: bool = False) -> None:
         if force or self.gone() or time.monotonic() - self.state_at >= self.unit_every():
-            self.state = unit_state(self.unit, systemctl=self.systemctl)
+            self.state = unit_state(self.unit, self.runner, self.systemctl)
             self.state_at = time.monotonic()
             self._track()
 
@@ -408,8 +411,9 @@ def find_bin(name: str) -> str | None:
     return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", os.defpath), *SBIN]))
 
 
-def look(params: dict[str, t.Any], bin_path: BinPath = find_bin) -> dict[str, t.Any]:
-    """One look (the module's options in ``params``, defaults filled in): its result, or ProbeError."""
+def look(params: dict[str, t.Any], bin_path: BinPath = find_bin, runner: Runner = run_command) -> dict[str, t.Any]:
+    """One look (the module's options in ``params``, defaults filled in): its result, or ProbeError.
+    ``runner`` runs systemctl (the module's run_command; a plain process's own, run_command)."""
     started = time.monotonic()
     try:
         unit = unit_name(params["unit"])
@@ -427,7 +431,7 @@ def look(params: dict[str, t.Any], bin_path: BinPath = find_bin) -> dict[str, t.
     pacer = HealthPacer(params)
     follower = None
     try:
-        watch = Watch(systemctl, unit, scanner, params["tail_lines"])
+        watch = Watch(systemctl, unit, scanner, params["tail_lines"], runner)
         try:
             invocation = params["invocation_id"] or watch.state.get("InvocationID") or None
             cursor = params["cursor"]

@@ -829,6 +829,9 @@ def probe_rules(rules: t.Sequence[Rule], probes: t.Sequence[tuple[str, str]] = P
     jobs: list[t.Any] = [PROBE_KILL_CPU_SECONDS, PROBE_CHARS, list(PROBE_STOPPERS), [text for _name, text in probes]]
     jobs.append([[rule.pattern, [list(pump) for pump in rule_pumps]] for rule, rule_pumps in zip(todo, pumps)])
     try:
+        # read as it reports each probe, to stop one that backtracks without bound at its deadline (run_command waits
+        # for the end); the probe runs on the controller too, outside any module
+        # pylint: disable-next=ansible-bad-function
         child = subprocess.Popen([sys.executable, "-c", _PROBE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as exc:
         raise RuleError(f"could not start the rule probe process ({sys.executable or 'no Python interpreter'}): {exc}") from None

@@ -72,7 +72,11 @@ Runner = t.Callable[[t.Sequence[str]], t.Tuple[int, str, str]]
 
 
 def run_command(argv: t.Sequence[str]) -> tuple[int, str, str]:
-    """Run a command and return (return code, stdout, stderr) as text."""
+    """Run a command and return (return code, stdout, stderr) as text: the runner of code that runs
+    outside a module (a look run as a plain process, the controller); a module passes its own,
+    built on AnsibleModule.run_command."""
+    # a look run as a plain process on the host has no AnsibleModule (modules pass their run_command)
+    # pylint: disable-next=ansible-bad-function
     process = subprocess.run(list(argv), capture_output=True, check=False)
     return process.returncode, process.stdout.decode("utf-8", "replace"), process.stderr.decode("utf-8", "replace")
 
@@ -199,6 +203,8 @@ class JournalReader:
     def __iter__(self) -> t.Iterator[dict[str, t.Any]]:
         if self.limit is not None and self.limit <= 0:
             return
+        # streamed: read as it comes and stopped once enough is read (run_command returns the output whole)
+        # pylint: disable-next=ansible-bad-function
         process = self._popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         exhausted = False
         try:
@@ -407,6 +413,8 @@ class JournalFollower:
         if self._process is None:
             argv = journal_command(self.unit, self.invocation_id, self.cursor, None, self.journalctl)
             argv[1:1] = ["--follow", "--no-tail"]
+            # journalctl --follow never ends: polled as records come, for as long as the look lasts
+            # pylint: disable-next=ansible-bad-function
             self._process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         stream = self._process.stdout
         poller = select.poll()
@@ -715,10 +723,13 @@ class GrepRead:
                 self.counted_by = "libsystemd"
             except GrepUnavailable:
                 numbering = None
+        # two streams read side by side as they come (the records found, every record's cursor)
+        # pylint: disable-next=ansible-bad-function
         grep = self._popen(self._from_start(grep_command(self.searched, self.pattern)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             shift = 0
             if numbering is None:
+                # pylint: disable-next=ansible-bad-function
                 numbers = self._popen(self._from_start(cursor_command(self.base)), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
                 numbering = _Numbering(numbers.stdout, end_cursor)
                 self.counted_by = "journalctl cursors"

@@ -248,7 +248,8 @@ def main() -> None:
     invocation_id: str | None = None
     try:
         if invocation == "current":
-            invocation_id = unit_state(unit, systemctl=module.get_bin_path("systemctl", required=True)).get("InvocationID") or None
+            systemctl = module.get_bin_path("systemctl", required=True)
+            invocation_id = unit_state(unit, lambda argv: module.run_command(list(argv)), systemctl).get("InvocationID") or None
             if invocation_id is None:
                 module.warn(f"{unit} has no current invocation (it never ran): nothing to read")
         elif invocation != "all":

@@ -259,7 +259,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._probe import Pr
 def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     try:
-        result = look(module.params, lambda name: module.get_bin_path(name, required=True))
+        result = look(module.params, lambda name: module.get_bin_path(name, required=True), lambda argv: module.run_command(list(argv)))
     except ProbeError as exc:
         module.fail_json(msg=str(exc))
     for warning in result.pop("warnings", []):

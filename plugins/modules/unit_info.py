@@ -80,7 +80,7 @@ def main() -> None:
         module.fail_json(msg=f"unit {unit!r} {problem}")
     systemctl = module.get_bin_path("systemctl", required=True)
     try:
-        state = unit_state(unit, systemctl=systemctl)
+        state = unit_state(unit, lambda argv: module.run_command(list(argv)), systemctl)
     except SystemdError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, unit=state, graceful_shutdown=stop_and_drain(module, systemctl, unit))

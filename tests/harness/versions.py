@@ -6,7 +6,7 @@ Each venv holds one ansible-core release plus the test tools pinned in requireme
 ``$INFEROPS_VENV_CACHE`` (default ``/var/cache/inferops-venvs`` as root), in a directory named after
 the release, the Python version and a hash of the pins: a changed pin makes a new venv, an
 unchanged one is reused. Versions whose controller Python is not this machine's default (2.20
-needs 3.12) use the interpreter pyenv provides.
+and 2.21 need 3.12) use the interpreter pyenv provides.
 
 The test runs go side by side in lanes, each lane with its own test fleet on its own network (see
 ``fleet_nets``; fleet dirs ``$INFEROPS_FLEET_DIR-<minor>``): the oldest and the newest version each

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
+from ansible_collections.inferops.runbooks.plugins.module_utils import _probe, _systemd
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner, load_rules
 from tests.unit.conftest import corpus_logs
 
@@ -119,6 +119,28 @@ def test_the_precheck_look_reads_with_grep_and_takes_up_its_kept_state(tmp_path:
     third = _probe.look(params, tools.get)
     assert third["journal"]["reading"]["state_problem"] and third["warnings"] == [third["journal"]["reading"]["state_problem"]]
     assert third["journal"]["ready_line"] == 3 and third["journal"]["reading"]["resumed_at"] is None
+
+
+def test_the_look_runs_systemctl_through_the_runner_it_is_given(tmp_path: Path) -> None:
+    """service_probe hands the look its AnsibleModule.run_command: every systemctl show goes through
+    it, and a failure it reports fails the look with systemctl's own words."""
+    systemctl, journalctl = stand_ins(tmp_path, ["[2025-03-08 12:29:33] The server is fired up and ready to roll!"])
+    tools = {"systemctl": str(systemctl), "journalctl": str(journalctl)}
+    ran: list[list[str]] = []
+
+    def runner(argv: t.Sequence[str]) -> tuple[int, str, str]:
+        ran.append(list(argv))
+        return _systemd.run_command(argv)
+
+    looked = _probe.look(_probe.with_defaults({"unit": "sglang.service"}), tools.get, runner)
+    assert looked["unit"]["InvocationID"] == INVOCATION and looked["journal"]["ready_line"] == 1
+    assert ran and all(argv[:2] == [str(systemctl), "show"] and argv[-1] == "sglang.service" for argv in ran)
+
+    def refused(argv: t.Sequence[str]) -> tuple[int, str, str]:
+        return 1, "", "Access denied"
+
+    with pytest.raises(_probe.ProbeError, match=r"systemctl show sglang.service failed \(rc=1\): Access denied"):
+        _probe.look(_probe.with_defaults({"unit": "sglang.service"}), tools.get, refused)
 
 
 class DyingServer:
