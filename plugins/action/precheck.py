@@ -133,7 +133,8 @@ class ActionModule(ActionBase):
             checked = steps.run_action("inferops.runbooks.check_options", {"role": ROLE})
             if checked.get("failed"):
                 raise StepFailed("probe", "Validate | Check every variable and every rule on the controller", checked)
-            options, observed["options"], observed["node"] = checked["options"], checked["options"], checked.get("node") or {}
+            options = observed["options"] = checked["options"]
+            observed["node"] = checked.get("node") or {}
             state = steps.module("probe", "Precheck | Read the state of the unit", "inferops.runbooks.unit_info", {"unit": options["unit"]}, always=True)
             observed["state"] = state.get("unit") or {}
             observed["record"] = steps.module(

@@ -6,7 +6,7 @@ wait until it runs none.
 Standard library only, no Ansible imports. The HTTP client, the clock and the sleep are parameters,
 so that the tests drive the wait with a server of their own and a clock of their own.
 
-Each engine publishes its load at a few endpoints, tried in turn (``LOAD_ENDPOINTS``): SGLang's
+Each engine publishes its load at a few endpoints, tried in turn (its driver's ``load_sources``): SGLang's
 ``/v1/loads`` (its current one), ``/get_load`` (older servers; a deprecated shim of ``/v1/loads``
 until its removal) and the keyless ``/metrics`` (with ``--enable-metrics``); vLLM's ``/metrics``.
 SGLang started with ``--api-key`` guards every path but ``/health*`` and ``/metrics``: the guarded
@@ -26,6 +26,7 @@ import time
 import typing as t
 import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import running_requests
 
 READ_TIMEOUT = 10.0  # seconds one read of an endpoint may take
@@ -108,22 +109,27 @@ class LoadEndpoint(t.NamedTuple):
     running: t.Callable[[bytes], int | None]
 
 
-SGLANG_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
-VLLM_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-# tried in this order (the load URL's own path first, when it is one of them)
-LOAD_ENDPOINTS: dict[str, tuple[LoadEndpoint, ...]] = {
-    "sglang": (
-        LoadEndpoint("/v1/loads", True, count_v1_loads),
-        LoadEndpoint("/get_load", True, count_get_load),
-        LoadEndpoint("/metrics", False, metric_counter(*SGLANG_METRICS)),
-    ),
-    "vllm": (LoadEndpoint("/metrics", False, metric_counter(*VLLM_METRICS)),),
-    "auto": (
-        LoadEndpoint("/v1/loads", True, count_v1_loads),
-        LoadEndpoint("/get_load", True, count_get_load),
-        LoadEndpoint("/metrics", False, metric_counter(*SGLANG_METRICS, *VLLM_METRICS)),
-    ),
-}
+def endpoints(engine: str) -> tuple[LoadEndpoint, ...]:
+    """Where an engine publishes its load (its driver's load sources), in the order they are tried;
+    for ``auto`` every driver's, one endpoint per path (a /metrics page read for every engine's gauges)."""
+    if engine not in _engines.ENGINE_NAMES:
+        raise LoadError(f"no load endpoints are known for engine {engine!r} (one of {', '.join(_engines.ENGINE_NAMES)})")
+    sources: dict[str, _engines.LoadSource] = {}
+    for driver in _engines.drivers_for(engine):
+        for source in driver.load_sources:
+            known = sources.get(source.path)
+            sources[source.path] = source if known is None else known._replace(gauges=known.gauges + source.gauges)
+    return tuple(LoadEndpoint(source.path, source.keyed, _reader(source)) for source in sources.values())
+
+
+def _reader(source: _engines.LoadSource) -> t.Callable[[bytes], int | None]:
+    if source.shape == "metrics":
+        return metric_counter(*source.gauges)
+    return ANSWER_READERS[source.shape]
+
+
+# what each shape of a load answer (a driver's LoadSource.shape) says; ``metrics`` adds up its gauges
+ANSWER_READERS: dict[str, t.Callable[[bytes], int | None]] = {"v1_loads": count_v1_loads, "get_load": count_get_load}
 
 
 # -- one read ---------------------------------------------------------------------------------------
@@ -152,17 +158,15 @@ class Reading(t.TypedDict):
 def plan(load_url: str, engine: str) -> list[tuple[str, LoadEndpoint]]:
     """The URLs to ask, in order, with what each one's answer means: the engine's endpoints on the load
     URL's server, its own path first; a path the engine does not publish its load at is asked alone."""
-    if engine not in LOAD_ENDPOINTS:
-        raise LoadError(f"no load endpoints are known for engine {engine!r} (one of {', '.join(LOAD_ENDPOINTS)})")
+    known = endpoints(engine)
     parts = urllib.parse.urlsplit(load_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LoadError(f"the load URL must be an http:// or https:// URL with a host, got {load_url!r}")
     base = f"{parts.scheme}://{parts.netloc}"
-    endpoints = LOAD_ENDPOINTS[engine]
-    own = [endpoint for endpoint in endpoints if endpoint.path == parts.path.rstrip("/")]
+    own = [endpoint for endpoint in known if endpoint.path == parts.path.rstrip("/")]
     if not own:
         return [(load_url, LoadEndpoint(parts.path, True, count_any))]
-    return [(base + endpoint.path, endpoint) for endpoint in own + [endpoint for endpoint in endpoints if endpoint not in own]]
+    return [(base + endpoint.path, endpoint) for endpoint in own + [endpoint for endpoint in known if endpoint not in own]]
 
 
 def read_load(

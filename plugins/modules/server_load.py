@@ -134,14 +134,14 @@ drain:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _load  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines, _load  # noqa: E402
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "url": {"type": "str", "required": True},
-            "engine": {"type": "str", "default": "sglang", "choices": ["auto", "sglang", "vllm"]},
+            "engine": {"type": "str", "default": "sglang", "choices": list(_engines.ENGINE_NAMES)},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "float", "default": 300},
             "interval": {"type": "float", "default": 5},

@@ -17,9 +17,9 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._engines import sglang, vllm
-from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LoadSource
 
-__all__ = ["AUTO", "DRIVERS", "ENGINE_NAMES", "DecodeLog", "EngineDriver", "drivers_for", "get"]
+__all__ = ["AUTO", "DRIVERS", "ENGINE_NAMES", "DecodeLog", "EngineDriver", "LoadSource", "drivers_for", "get"]
 
 DRIVERS: t.Dict[str, EngineDriver] = {driver.name: driver for driver in (sglang.DRIVER, vllm.DRIVER)}
 # the journal's engine is not known: every driver's rules and figures apply

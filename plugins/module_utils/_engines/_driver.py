@@ -25,6 +25,17 @@ class DecodeLog(t.NamedTuple):
     parse: t.Callable[[str], t.Optional[t.Dict[str, float]]]
 
 
+class LoadSource(t.NamedTuple):
+    """One place an engine publishes how many requests it runs and queues: its path, whether the
+    server guards it with its API key, the shape of its answer (``v1_loads``, ``get_load`` or
+    ``metrics``) and, for ``metrics``, the gauges to add up."""
+
+    path: str
+    keyed: bool
+    shape: str
+    gauges: t.Tuple[str, ...] = ()
+
+
 class EngineDriver(t.NamedTuple):
     """One inference engine, as the collection sees it."""
 
@@ -46,3 +57,5 @@ class EngineDriver(t.NamedTuple):
     version_patterns: t.Tuple[re.Pattern[str], ...]
     # a line of the engine's own start timings (group 1 holds ``name=seconds`` pairs), if it logs one
     timings_pattern: t.Optional[re.Pattern[str]]
+    # where the drain reads the load, in the order the places are tried
+    load_sources: t.Tuple[LoadSource, ...]

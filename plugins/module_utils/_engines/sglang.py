@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LoadSource
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import SGLANG
 
 # every 40 decode steps by default: ``Decode batch. #running-req: 16, #token: 17992, token usage:
@@ -60,4 +60,11 @@ DRIVER = EngineDriver(
     version_words=("sglang",),
     version_patterns=(re.compile(r"\bsglang(?:\s+version)?\s*[=:]?\s*v?(\d+\.\d+\.\d+[\w.+\-]*)", re.IGNORECASE),),
     timings_pattern=re.compile(r"Engine startup timings \(s\):\s*(.*)", re.IGNORECASE),
+    # /v1/loads since 0.5.8, /get_load until 0.5.20 (a shim of /v1/loads at the end), the keyless
+    # /metrics with --enable-metrics; --api-key guards every path but /health* and /metrics
+    load_sources=(
+        LoadSource("/v1/loads", keyed=True, shape="v1_loads"),
+        LoadSource("/get_load", keyed=True, shape="get_load"),
+        LoadSource("/metrics", keyed=False, shape="metrics", gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs")),
+    ),
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LoadSource
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import VLLM
 
 # every 10 s while it serves: ``Avg prompt throughput: 0.0 tokens/s, Avg generation throughput:
@@ -60,4 +60,5 @@ DRIVER = EngineDriver(
         re.compile(r"\bLLM engine \(v(\d+\.\d+[\w.+\-]*)\)"),
     ),
     timings_pattern=None,
+    load_sources=(LoadSource("/metrics", keyed=False, shape="metrics", gauges=("vllm:num_requests_running", "vllm:num_requests_waiting")),),
 )

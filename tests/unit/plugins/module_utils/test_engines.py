@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _canary, _engines, _history
+from ansible_collections.inferops.runbooks.plugins.module_utils import _canary, _engines, _history, _load
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import COMMON
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import engine_packs, load_rules
 from tests.unit.conftest import corpus_lines
@@ -90,3 +90,22 @@ def test_nothing_outside_the_drivers_branches_on_an_engine_name() -> None:
     sources = [path for path in PLUGINS.rglob("*.py") if not str(path.relative_to(PLUGINS)).startswith(ENGINE_HOMES)]
     assert len(sources) > 30
     assert [where for path in sources for where in _engine_name_comparisons(path)] == []
+
+
+@pytest.mark.parametrize("name", list(_engines.DRIVERS))
+def test_a_driver_names_where_its_load_is_read_in_shapes_the_drain_reads(name: str) -> None:
+    sources = _engines.get(name).load_sources
+    assert sources
+    for source in sources:
+        assert source.shape in (*_load.ANSWER_READERS, "metrics"), source
+        assert bool(source.gauges) == (source.shape == "metrics"), source
+    assert [endpoint.path for endpoint in _load.endpoints(name)] == [source.path for source in sources]
+
+
+def test_auto_reads_each_load_path_once_with_every_engines_gauges() -> None:
+    paths = [source.path for driver in _engines.DRIVERS.values() for source in driver.load_sources]
+    endpoints = _load.endpoints("auto")
+    assert [endpoint.path for endpoint in endpoints] == list(dict.fromkeys(paths))
+    (metrics,) = [endpoint for endpoint in endpoints if endpoint.path == "/metrics"]
+    page = b"sglang:num_running_reqs 2\nvllm:num_requests_running 1\nvllm:num_requests_waiting 4\n"
+    assert metrics.running(page) == 7

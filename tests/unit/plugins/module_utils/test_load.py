@@ -120,12 +120,12 @@ def wait(url: str, engine: str = "sglang", api_key: str | None = KEY, timeout: f
     ],
 )
 def test_sglang_answers_are_read_as_its_source_writes_them(endpoint: str, body: bytes, expected: int | None) -> None:
-    known = {target.path: target for target in _load.LOAD_ENDPOINTS["sglang"]}
+    known = {target.path: target for target in _load.endpoints("sglang")}
     assert known[endpoint].running(body) == expected
 
 
 def test_vllm_metrics_count_running_and_waiting_once() -> None:
-    (metrics,) = _load.LOAD_ENDPOINTS["vllm"]
+    (metrics,) = _load.endpoints("vllm")
     assert (metrics.path, metrics.keyed, metrics.running(VLLM_METRICS.encode())) == ("/metrics", False, 3)
 
 
