@@ -20,7 +20,8 @@ elsewhere: inline CSS and SVG, no script.
 
 What the report does not time on its own is drawn as one piece and said so: the checks, the change,
 the drain and the stop are one segment (the drain's own seconds in its label); the time out of the
-router is drawn from the drain's start at the latest. The journal's phase times are placed by one
+router is drawn from the drain's start at the latest (before the start's first journal line and
+the wait's first look). The journal's phase times are placed by one
 point: a good start's end at the ready marker as the wait saw it (a poll late at most), a failed
 start's at its first fatal line (its journal time).
 """
@@ -194,12 +195,14 @@ def _fatal_at(report: Report, begun: float, end: float) -> float | None:
     return round(_clamp(realtime / 1e6 - begun, 0, end), 1)
 
 
-def _out_of_router(report: Report, wait: tuple[float, float] | None, end: float) -> tuple[float, float] | None:
+def _out_of_router(report: Report, start: float, end: float) -> tuple[float, float] | None:
+    """From the drain's start at the latest: ``start`` is the earlier of the wait's first look and the
+    start's first journal line (a start that crashes fast is over before the wait looks)."""
     traffic = _mapping(report.get("traffic"))
-    if not traffic.get("removed") or wait is None:
+    if not traffic.get("removed"):
         return None
     drain = _number(_mapping(traffic.get("drain")).get("seconds")) or 0.0
-    return round(_clamp(wait[0] - drain, 0, end), 1), end
+    return round(_clamp(start - drain, 0, end), 1), end
 
 
 def _journal_segments(start: t.Any, steps: t.Any, offset: float, limit: float, floor: float, anchor: float | None, prefix: str = "") -> list[Segment]:
@@ -254,7 +257,7 @@ def timeline(report: Report) -> Timeline:
     failed = wait[1] - last >= 0.1 and not (phases and phases[-1].kind == "ready")
     seen = [Segment("failed", "until the wait ended on the failure", round(last, 1), round(wait[1] - last, 1))] if failed else []
     segments = [Segment("before", _before_label(report), 0.0, first), *phases, *seen, *_after_segments(report, wait[1], end)]
-    return Timeline([segment for segment in segments if segment.seconds > 0], end, fatal_at, _out_of_router(report, wait, end))
+    return Timeline([segment for segment in segments if segment.seconds > 0], end, fatal_at, _out_of_router(report, min(first, wait[0]), end))
 
 
 def _after_segments(report: Report, wait_end: float, end: float) -> list[Segment]:

@@ -52,16 +52,33 @@ def test_a_real_rolled_back_host_is_drawn_in_order_from_its_start_to_its_end() -
     # the crash came in loading weights: the failed start's phases end at the fatal line
     loading = drawn.segments[2]
     assert drawn.fatal_at == pytest.approx(loading.start + loading.seconds, abs=0.11)
-    # the drain is in the label of the time before the wait, and out of the router from it on
+    # the drain is in the label of the time before the start, and out of the router from it on (the
+    # start's first line or the wait's first look, whichever came first, less the drain)
     assert "drain 2.4 s" in drawn.segments[0].label
     wait_start = report["ended_at"] - report["elapsed"] - page.started(report)
-    assert drawn.out_of_router == (pytest.approx(wait_start - 2.4, abs=0.11), report["total_elapsed"])
+    began = min(wait_start, drawn.segments[1].start)
+    assert drawn.out_of_router == (pytest.approx(began - 2.4, abs=0.11), report["total_elapsed"])
     # the rollback's own start, timed by its journal too, ends with the run
     rollback = [segment for segment in drawn.segments if segment.kind.startswith("rollback ") and segment.kind != "rollback ready"]
     recorded = report["rollback"]["history"]["start"]["phases"]
     assert {segment.kind.split(" ", 1)[1]: segment.seconds for segment in rollback} == recorded
     assert [segment.kind for segment in rollback] == [f"rollback {phase}" for phase in page.PHASE_LABELS if phase in recorded]
     assert last.kind == "rollback ready" and last.seconds == report["rollback"]["timeline"][-1]["duration"]
+
+
+def test_a_start_that_crashed_before_the_wait_looked_is_out_of_the_router_before_its_first_line() -> None:
+    # the failed start's journal began 3 s before the wait's first look (a fast crash): the host left
+    # the router before that line, so the band begins there less the drain, and the fatal line is inside it
+    report = real("sim2")
+    wait_start = report["ended_at"] - report["elapsed"] - page.started(report)
+    phases = report["history"]["start"]["phases"]
+    phases["starting"] = round(phases["starting"] + wait_start - 3.0, 1)
+    drawn = page.timeline(report)
+    first = next(segment for segment in drawn.segments if segment.kind == "starting")
+    assert first.start < wait_start - 2.9, (first, wait_start)
+    assert drawn.out_of_router is not None and drawn.fatal_at is not None
+    assert drawn.out_of_router[0] == pytest.approx(max(first.start - 2.4, 0.0), abs=0.11)
+    assert drawn.out_of_router[0] <= first.start <= drawn.fatal_at
 
 
 def test_every_bar_of_a_page_shares_one_scale() -> None:
