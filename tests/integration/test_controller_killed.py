@@ -134,9 +134,11 @@ def precheck_names_the_interrupted_run(run_playbook: RunPlaybook, host: str, rep
     checked = run_playbook(PRECHECK, extra_vars={"sglang_precheck_report_dir": str(reports)}, limit=host)
     assert checked.returncode != 0, checked
     data = json.loads((reports / f"{host}.precheck.json").read_text())
-    # a crashed start is named by its cause first (fatal_log); what the rollout left is said beside it
+    # a crashed start is named by its cause first (fatal_log); what the rollout left is said beside it.
+    # A start is issued right after the run record names its step (in the same phase), so a controller
+    # killed at that step can leave that start in progress (not_ready).
     left = data["msg"] if data["reason"] == "interrupted_run" else data["run_record"]["left"]
-    assert data["reason"] in ("interrupted_run", "fatal_log", "unit_not_active", "health_failed"), data
+    assert data["reason"] in ("interrupted_run", "fatal_log", "unit_not_active", "health_failed", "not_ready"), data
     assert f"stopped at step {step}" in left and "run the same rollout again" in left, data
     assert f"stopped at step {step}" in flat(checked.output), checked
 
