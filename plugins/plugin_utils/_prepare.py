@@ -9,6 +9,7 @@ Private to the collection; may change at any time. Controller side.
 
 from __future__ import annotations
 
+import copy
 import re
 import typing as t
 import urllib.parse
@@ -61,7 +62,7 @@ NO_CHANGE = "Change: none requested (sglang_restart_dropin_content or _template,
 
 def run_facts(started_at: float, run_id: str) -> dict[str, t.Any]:
     """The facts a run starts from: its start time, its id and nothing of an earlier run."""
-    return {**RESET, "sglang_restart_started_at": started_at, "sglang_restart_run_id": run_id}
+    return {**copy.deepcopy(RESET), "sglang_restart_started_at": started_at, "sglang_restart_run_id": run_id}
 
 
 def run_id(utc_time: str, draw: int) -> str:
