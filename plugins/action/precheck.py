@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import time
 import typing as t
-import urllib.parse
 
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, bearer, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import smoke_test
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import canary_args
 
 ROLE = "sglang_precheck"
 SINGLE_NODE: dict[str, t.Any] = {"deployment": None, "multi_node": False, "rank": 0, "peers": {}}
@@ -64,12 +64,6 @@ def look_summary(probe: Result) -> dict[str, t.Any]:
         "journal": {key: journal.get(key) for key in ("verdict", "reason", "phase", "lines", "ready_line", "reading")},
         "health": {key: health.get(key) for key in ("status", "ok", "error")},
     }
-
-
-def server_url(url: str) -> str:
-    """The server of a URL: its scheme and network location."""
-    parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 class ActionModule(ActionBase):
@@ -177,17 +171,9 @@ class ActionModule(ActionBase):
                 "canary",
                 "Precheck | Measure the server against the host's baseline",
                 "inferops.runbooks.perf_canary",
-                {
-                    "unit": options["unit"],
-                    "url": server_url(options["health_url"]),
-                    **({"api_key": api_key} if api_key not in (None, "") else {}),
-                    **({"model": options["smoke_model"]} if options["smoke_model"] else {}),
-                    "engine": options["engine"],
-                    **{name: options[f"canary_{name}"] for name in ("requests", "concurrency", "prompt_tokens", "max_tokens", "thresholds", "floors")},
-                    "seed_baseline": False,
-                    "host": observed["host"],
-                },
+                canary_args(options, api_key, observed["host"], seed_baseline=False),
                 may_fail=True,
+                secret=api_key not in (None, ""),
             )
         if history_wanted(observed):
             probe = observed["probe"]

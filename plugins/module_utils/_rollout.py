@@ -252,3 +252,68 @@ def interrupted(record: t.Any) -> str | None:
     if not left:
         return None
     return f"{' and '.join(left)} ({where}); run the same rollout again to repair it"
+
+
+# -- what became of a start (the restart and rollback phases, the report) ------------------------
+
+
+def generated(answer: t.Mapping[str, t.Any]) -> bool:
+    """A smoke test's answer is a 200 with at least one choice."""
+    body = answer.get("json")
+    choices = body.get("choices") if isinstance(body, t.Mapping) else None
+    return answer.get("status") == 200 and bool(choices)
+
+
+def smoke_failed(options: t.Mapping[str, t.Any], smoke: t.Mapping[str, t.Any]) -> bool:
+    """The smoke test ran (it answered something or nothing) and generated nothing."""
+    return bool(options.get("smoke_test")) and "status" in smoke and not generated(smoke)
+
+
+def new_lines(options: t.Mapping[str, t.Any], history: t.Mapping[str, t.Any]) -> list[t.Any]:
+    """With ``fail_on_new``, the unrecognized line groups the start logged that the host's last good
+    starts did not (the start history's comparison); none otherwise."""
+    if not options.get("fail_on_new"):
+        return []
+    summary = history.get("summary")
+    found = summary.get("new_unrecognized") if isinstance(summary, t.Mapping) else None
+    return list(found) if isinstance(found, list) else []
+
+
+def canary_failed(options: t.Mapping[str, t.Any], canary: t.Mapping[str, t.Any]) -> bool:
+    """The canary ran, failed against the host's baseline, and a failed canary fails the host
+    (``canary_on_fail: fail``) rather than only warning."""
+    judged = canary.get("canary")
+    verdict = judged.get("verdict") if isinstance(judged, t.Mapping) else None
+    return bool(options.get("canary")) and options.get("canary_on_fail", "fail") == "fail" and verdict == "fail"
+
+
+def start_outcome(
+    options: t.Mapping[str, t.Any],
+    failure: t.Any,
+    wait: t.Mapping[str, t.Any],
+    smoke: t.Mapping[str, t.Any],
+    history: t.Mapping[str, t.Any],
+    canary: t.Mapping[str, t.Any],
+) -> dict[str, bool]:
+    """What became of the new start: ``start_failed`` (a step failed, the wait failed or the smoke test
+    generated nothing), ``new_start_failed`` (that, or a line group new since the last good starts
+    with ``fail_on_new``), ``canary_failed``. A wait that did not run fails nothing by itself."""
+    smoke_bad = smoke_failed(options, smoke)
+    start_bad = failure is not None or wait.get("verdict", "pass") == "fail" or smoke_bad
+    return {
+        "smoke_failed": smoke_bad,
+        "start_failed": start_bad,
+        "new_start_failed": start_bad or bool(new_lines(options, history)),
+        "canary_failed": canary_failed(options, canary),
+    }
+
+
+def rollback_passed(failure: t.Any, wait: t.Mapping[str, t.Any]) -> bool:
+    """The rollback's own start passed its wait, and nothing in the rollback failed."""
+    return failure is None and wait.get("verdict") == "pass"
+
+
+def rollback_settled_step(passed: bool, stopped: bool) -> str:
+    """Where the run record stands after a rollback: the previous configuration serves again (or the
+    unit was never stopped), or the rollback failed."""
+    return "rolled_back" if passed or not stopped else "rollback_failed"

@@ -370,12 +370,11 @@ def _smoke(observed: Observed) -> dict[str, t.Any]:
         return {"enabled": enabled, "url": url, "status": None, "passed": None, "text": None, "msg": None}
     choices = _mapping(result.get("json")).get("choices") or []
     first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], t.Mapping) else {}
-    status = result.get("status")
     return {
         "enabled": enabled,
         "url": url,
-        "status": status,
-        "passed": status == 200 and bool(choices),
+        "status": result.get("status"),
+        "passed": _rollout.generated(result),
         "text": first.get("text"),
         "msg": _text(result.get("msg")) or None,
     }

@@ -47,13 +47,15 @@ class Steps:
         *,
         may_fail: bool = False,
         always: bool = False,
+        secret: bool = False,
         shown: t.Callable[[Result], t.Mapping[str, t.Any]] | None = None,
     ) -> Result:
         """Runs module ``name`` on the host; StepFailed unless it passed or ``may_fail``. With
         ``always`` it runs in check mode as well (a read that the module cannot do in check mode);
+        ``secret`` when its arguments carry a secret (its output is censored at -vvv, as no_log does);
         ``shown`` picks what ``-v`` shows of its result."""
         started = time.monotonic()
-        with self.outside_check_mode(always):
+        with self.outside_check_mode(always), self.censored(secret):
             result: Result = self.action._execute_module(module_name=name, module_args=dict(args), task_vars=self.task_vars)
         self.note(step, result, time.monotonic() - started)
         self.warnings.extend(str(warning) for warning in result.get("warnings") or [] if str(warning) not in self.warnings)
@@ -77,6 +79,22 @@ class Steps:
             yield
         finally:
             task.check_mode = saved
+
+    @contextlib.contextmanager
+    def censored(self, secret: bool) -> t.Iterator[None]:
+        # the task's flag censors the module's own logging, the connection's play context what the
+        # connection prints at -vvv (the module's whole output)
+        holders = [self.action._task, self.action._play_context, getattr(self.action._connection, "_play_context", None)]
+        holders = [holder for holder in holders if holder is not None]
+        saved = [holder.no_log for holder in holders]
+        if secret:
+            for holder in holders:
+                holder.no_log = True
+        try:
+            yield
+        finally:
+            for holder, value in zip(holders, saved):
+                holder.no_log = value
 
     def variable(self, name: str, default: t.Any = None) -> t.Any:
         """A role variable templated as the role's tasks would see it; ``default`` when unset."""

@@ -18,6 +18,7 @@ import time
 import typing as t
 import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._rollout import generated
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, Steps
 
 PROMPT = "The capital of France is"
@@ -46,11 +47,6 @@ def first_model(answer: t.Mapping[str, t.Any]) -> str:
     return names[0] if names else FALLBACK_MODEL
 
 
-def generated(answer: t.Mapping[str, t.Any]) -> bool:
-    """The answer is a 200 with at least one choice."""
-    return answer.get("status") == 200 and bool(_body(answer).get("choices"))
-
-
 def smoke_test(steps: Steps, url: str, model: str, headers: dict[str, str], timeout: int, scan: t.Mapping[str, t.Any]) -> tuple[Result, Result]:
     """(the answer, the journal read again after a failed one or {})."""
     request = {"method": "GET", "headers": headers, "timeout": timeout}
@@ -62,6 +58,7 @@ def smoke_test(steps: Steps, url: str, model: str, headers: dict[str, str], time
             {"url": models_url(url), **request},
             may_fail=True,
             always=True,
+            secret=bool(headers),
         )
         model = first_model(listed)
     body = {"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0}
@@ -72,6 +69,7 @@ def smoke_test(steps: Steps, url: str, model: str, headers: dict[str, str], time
         {**request, "url": url, "method": "POST", "body_format": "json", "body": body, "status_code": [200]},
         may_fail=True,
         always=True,
+        secret=bool(headers),
     )
     if generated(answer) or not scan:
         return answer, {}

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action.precheck import generates_wanted, history_wanted, look_summary, server_url, start_ended, start_passed
+from ansible_collections.inferops.runbooks.plugins.action.precheck import generates_wanted, history_wanted, look_summary, start_ended, start_passed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import bearer, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import FALLBACK_MODEL, first_model, generated, models_url
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import server_url
 
 READY_JOURNAL = {"ready": True, "ready_line": 42, "fatal": [], "verdict": "pass", "invocation_id": "abc", "lines": 50}
 ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "InvocationID": "abc", "Result": "success"}

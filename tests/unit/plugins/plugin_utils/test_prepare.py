@@ -68,10 +68,10 @@ def test_a_run_starts_from_its_own_facts_and_nothing_of_an_earlier_run() -> None
     assert facts["sglang_restart_started_at"] == 1700000000.5 and facts["sglang_restart_run_id"] == "20231114T221320Z-42"
     assert facts["sglang_restart_failure"] is None and facts["sglang_restart_deploy_applied"] is False
     assert facts["sglang_restart__stage"] == "validate" and facts["sglang_restart_router_worker"] is None
-    assert facts["sglang_restart_deploy_files"] == [] and facts["sglang_restart_reloaded"] == {} and facts["sglang_restart_verify"] == {}
+    assert facts["sglang_restart_deploy_files"] == [] and facts["sglang_restart__restart"] == {} and facts["sglang_restart_verify"] == {}
     # nothing is shared between two runs' facts
-    facts["sglang_restart_wait"]["verdict"] = "pass"
-    assert prepare.run_facts(0.0, "x")["sglang_restart_wait"] == {}
+    facts["sglang_restart_plan"]["pending"] = True
+    assert prepare.run_facts(0.0, "x")["sglang_restart_plan"] == {}
 
 
 def test_the_run_id_is_the_utc_time_and_a_draw() -> None:

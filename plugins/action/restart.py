@@ -1,0 +1,331 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of inferops.runbooks.restart: the restart phase of the role sglang_restart.
+
+Stop the unit (and wait for its old process and its port) or restart it in place, follow the new
+start until it is ready (the wait_ready action, with the stall limits the host's start history
+taught), generate one token, add the start to the start history, measure it against the host's
+baseline, and note in the run record that the configuration passed. Each step runs one of the
+collection's modules on the host and writes the run record before it is taken, so that a controller
+killed at any point leaves the next run what it needs; a failed step is kept for the report.
+The nodes of a deployment run it in three parts (stop, start, verify) with a gate before each part
+after the first: every node is stopped before any is started.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
+    Seen,
+    Start,
+    canary_wanted,
+    generates_wanted,
+    history_args,
+    kept,
+    port_host,
+    wait_args,
+)
+
+display = Display()
+
+PARTS = ("all", "stop", "start", "verify")
+ARGUMENT_SPEC: dict[str, t.Any] = {"part": {"type": "str", "default": "all", "choices": list(PARTS)}}
+# the role registers the phase's result under this name: its parts, and the rest of the role, read
+# what it saw from there (``seen``)
+REGISTERED = "sglang_restart__restart"
+
+
+OUTSIDE_THE_ROLE = "inferops.runbooks.restart runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
+
+
+def role_state(steps: Steps) -> dict[str, t.Any]:
+    """What the role's earlier steps left: the checked options, this host's place in its deployment,
+    the unit before the run, the run's id, and the rollout's decisions (inferops.runbooks.rollout_decide)."""
+    decision = steps.variable("sglang_restart__decision", {}) or {}
+    plan = steps.variable("sglang_restart_plan", {}) or {}
+    return {
+        "options": (steps.variable("sglang_restart__checked", {}) or {}).get("options") or {},
+        "node": steps.variable("sglang_restart__node", {}) or {},
+        "before": (steps.variable("sglang_restart_before", {}) or {}).get("unit") or {},
+        "run_id": str(steps.variable("sglang_restart_run_id", "")),
+        "restart": bool(decision.get("restart_needed")),
+        "verify_in_place": bool(decision.get("verify_in_place")),
+        "inflight_invocation": str(plan.get("before_invocation") or "") if plan.get("inflight") else "",
+        "record": bool(decision.get("record_wanted")),
+    }
+
+
+def parts_of(part: str) -> tuple[str, ...]:
+    return ("stop", "start", "verify") if part == "all" else (part,)
+
+
+def stops_first(options: t.Mapping[str, t.Any], node: t.Mapping[str, t.Any]) -> bool:
+    """The unit is stopped, then started (not restarted in place): on request, and always for the
+    nodes of a deployment (each waits at the rendezvous for the others)."""
+    return bool(options.get("stop_first")) or bool(node.get("multi_node"))
+
+
+def previous_invocation(args: t.Mapping[str, t.Any]) -> str | None:
+    """The invocation the wait tells the new start from: the one before an earlier run's stop (its
+    start is waited on), none for a host verified in place (it is watched in the invocation it runs),
+    else the one before this run's stop."""
+    if args["inflight_invocation"]:
+        return str(args["inflight_invocation"])
+    if args["verify_in_place"]:
+        return None
+    return str((args["before"] or {}).get("InvocationID") or "") or None
+
+
+def lagging(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any], gate: str) -> list[str]:
+    """The other nodes of the deployment that did not get through the step ``gate``."""
+    return [peer for peer in node.get("peers") or {} if not seen_by(hostvars.get(peer) or {}).get(f"reached_{gate}")]
+
+
+def seen_by(variables: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """What the restart phase's parts so far saw on a host, from its registered result."""
+    registered = variables.get(REGISTERED)
+    seen = registered.get("seen") if isinstance(registered, t.Mapping) else None
+    return dict(seen) if isinstance(seen, t.Mapping) else {}
+
+
+def channel_name(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> str | None:
+    """The channel through which the waits of one restart of a deployment see each other: named by its
+    node 0's run, the same for every node."""
+    if not node.get("multi_node"):
+        return None
+    first = (node.get("hosts") or [""])[0]
+    return f"{(hostvars.get(first) or {}).get('sglang_restart_run_id', 'run')}-{node.get('deployment')}"
+
+
+class ActionModule(ActionBase):
+    """The restart phase of one host; see the module docs."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
+        task_vars = task_vars or {}
+        result: Result = super().run(tmp, task_vars)
+        del tmp
+        _validation, given = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if self._task.check_mode:
+            result.update(changed=False, skipped=True, msg="check mode: nothing stopped or started")
+            return result
+        steps = Steps(self, task_vars)
+        args = role_state(steps)
+        if not args["options"]:
+            result.update(failed=True, msg=OUTSIDE_THE_ROLE)
+            return result
+        # a deployment's later part goes on from what its earlier parts saw
+        facts = {} if given["part"] in ("all", "stop") else seen_by({REGISTERED: steps.variable(REGISTERED, {})})
+        if given["part"] in ("all", "stop"):
+            facts["stopped"] = args["restart"]
+        try:
+            for part in parts_of(given["part"]) if not facts.get("failure") else ():
+                getattr(self, f"_{part}")(steps, args, facts, task_vars)
+        except StepFailed as failed:
+            facts["failure"] = failed.failure
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        result.update(
+            changed=bool(args["restart"]),
+            steps=steps.done,
+            **({"warnings": steps.warnings} if steps.warnings else {}),
+            seen=facts,
+        )
+        return result
+
+    # -- the parts ---------------------------------------------------------------------------
+
+    def _stop(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+        """The run record notes the invocation before the stop; the start history is read; the unit is
+        stopped and its old process and port released (a restart in place does all that in one)."""
+        options, node = args["options"], args["node"]
+        if not args["restart"] or args["inflight_invocation"]:
+            return
+        self._record(
+            steps,
+            args,
+            facts,
+            "restart",
+            "Restart | Note in the run record the invocation before the stop",
+            before_invocation=str(args["before"].get("InvocationID") or ""),
+        )
+        self._read_history(steps, args, facts, task_vars)
+        if stops_first(options, node):
+            self._stop_and_release(steps, args)
+        if node.get("multi_node"):
+            facts["reached_stopped"] = True
+
+    def _start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+        options, node = args["options"], args["node"]
+        if not args["restart"] or args["inflight_invocation"]:
+            return
+        self._gate(args, task_vars, "stopped")
+        state = "started" if stops_first(options, node) else "restarted"
+        step = "Restart | Start the unit" if state == "started" else "Restart | Restart the unit in place"
+        steps.module("restart", step, "ansible.builtin.systemd_service", {"name": options["unit"], "state": state})
+        if node.get("multi_node"):
+            facts["reached_started"] = True
+
+    def _verify(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+        """The wait, one token, the start history, the canary, the record that the configuration passed."""
+        options, node, host = args["options"], args["node"], str(task_vars.get("inventory_hostname", ""))
+        restart = bool(args["restart"])
+        if not (restart or args["verify_in_place"]):
+            return
+        if restart and not args["inflight_invocation"]:
+            self._gate(args, task_vars, "started")
+        api_key = steps.variable("sglang_restart_api_key", "")
+        hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
+        start = Start(steps, options, api_key, hidden, host, "")
+        seen = Seen()
+        rank = int(node.get("rank") or 0)
+        failure: t.Any = None
+        try:
+            if restart:
+                self._record(steps, args, facts, "wait", "Wait | Note in the run record that the start is waited on")
+            read = self._read_history(steps, args, facts, task_vars)
+            wait = wait_args(options, hidden, read, previous_invocation(args))
+            channel = channel_name(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {}))
+            if channel:
+                wait.update(deployment=node["deployment"], channel=channel)
+            start.wait(seen, {**wait, "node_rank": rank, "peers": node.get("peers") or {}})
+            facts["wait"] = seen.wait
+            if restart and generates_wanted(options, seen, rank):
+                self._record(steps, args, facts, "smoke", "Smoke test | Note in the run record that the start is smoke-tested")
+                start.smoke(seen)
+        except StepFailed as failed:
+            failure = failed.failure
+            raise
+        finally:
+            facts.update({"smoke": seen.smoke, "smoke_journal": seen.smoke_journal})
+            self._add_history(steps, options, seen, failure or facts.get("failure"), hidden, facts)
+        if restart and canary_wanted(options, seen, rank):
+            start.canary(seen, args["run_id"])
+            facts["perf_canary"] = seen.canary
+            show_canary(host, seen.canary)
+        outcome = _rollout.start_outcome(options, None, seen.wait, seen.smoke, facts.get("start_history") or {}, seen.canary)
+        facts["outcome"] = outcome
+        if not outcome["new_start_failed"] and not outcome["canary_failed"]:
+            self._record(steps, args, facts, "passed", "Note in the run record that the configuration passed", change_flags={"proven": True})
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def _record(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], step: str, name: str, **updates: t.Any) -> None:
+        """The run record names the step before it is taken (only when the run keeps one)."""
+        if not args["record"]:
+            return
+        stage = "restart" if step == "restart" else "wait" if step in ("wait", "passed") else step
+        facts["record"] = steps.module(
+            stage,
+            name,
+            "inferops.runbooks.run_record",
+            {"unit": args["options"]["unit"], "run_id": args["run_id"], "step": step, **({"updates": updates} if updates else {})},
+        )
+
+    def _read_history(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
+        """What this host's earlier starts on the configuration in place teach (stall limits, good
+        starts), read once per run: before the stop when the role restarts the unit, so that the wait
+        follows the start from its first lines. A history that cannot be read is reported and ignored."""
+        key = "start_history_before"
+        known = facts.get(key)
+        if known or not args["options"]["history"]:
+            return dict(known or {})
+        read = kept(
+            steps.module(
+                "history",
+                "History | Read this host's start history of the unit",
+                "inferops.runbooks.start_history",
+                history_args(args["options"]),
+                may_fail=True,
+            )
+        )
+        facts[key] = read
+        return read
+
+    def _stop_and_release(self, steps: Steps, args: t.Mapping[str, t.Any]) -> None:
+        options, before = args["options"], args["before"]
+        timeout = options["release_timeout"]
+        steps.module("restart", "Restart | Stop the unit", "ansible.builtin.systemd_service", {"name": options["unit"], "state": "stopped"})
+        pid = int(before.get("MainPID") or 0)
+        if pid > 0:
+            steps.module(
+                "restart",
+                "Restart | Wait until the old main process has exited",
+                "ansible.builtin.wait_for",
+                {
+                    "path": f"/proc/{pid}",
+                    "state": "absent",
+                    "timeout": timeout,
+                    "msg": f"The old main process {pid} of {options['unit']} is still running {timeout} s after the stop.",
+                },
+            )
+        address = f"{port_host(options)}:{options['port']}"
+        steps.module(
+            "restart",
+            "Restart | Wait until the port is released",
+            "ansible.builtin.wait_for",
+            {
+                "host": port_host(options),
+                "port": options["port"],
+                "state": "stopped",
+                "timeout": timeout,
+                "msg": (
+                    f"{address} still accepts connections {timeout} s after {options['unit']} stopped: a leftover process holds the port,"
+                    ' and a new start would fail with "Address already in use".'
+                ),
+            },
+        )
+
+    def _gate(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], gate: str) -> None:
+        """A node of a deployment goes on only when every other node got through the step before."""
+        node = args["node"]
+        if not node.get("multi_node"):
+            return
+        behind = lagging(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {}), gate)
+        if behind:
+            host = task_vars.get("inventory_hostname")
+            msg = (
+                f"Deployment {node.get('deployment')}: {', '.join(behind)} did not get through the {gate} step, so nothing more is done on"
+                f" {host} (node {node.get('rank')}): the nodes of a deployment are restarted together or not at all."
+            )
+            raise StepFailed("deployment", "Deployment | Stop here, a peer did not get through the step", {"failed": True, "msg": msg})
+
+    def _add_history(self, steps: Steps, options: t.Mapping[str, t.Any], seen: Seen, failure: t.Any, hidden: list[str], facts: dict[str, t.Any]) -> None:
+        """The start just waited on goes into the host's start history, with the configuration in place
+        now (before any rollback puts the previous one back). Never fails the run: the report says why."""
+        invocation = seen.wait.get("invocation_id")
+        if not options["history"] or not invocation:
+            return
+        outcome = _rollout.start_outcome(options, failure, seen.wait, seen.smoke, {}, {})
+        added = steps.module(
+            "history",
+            "History | Add the start to this host's start history",
+            "inferops.runbooks.start_history",
+            history_args(
+                options,
+                invocation_id=invocation,
+                outcome="fail" if outcome["start_failed"] else "pass",
+                reason=seen.wait.get("reason"),
+                waited=seen.wait.get("elapsed"),
+                redact=hidden,
+                fail_on_new=options["fail_on_new"],
+            ),
+            may_fail=True,
+        )
+        facts["start_history"] = kept(added)
+
+
+def show_canary(host: str, result: t.Mapping[str, t.Any]) -> None:
+    """The canary's figures beside the baseline, one line in the play's output."""
+    canary = result.get("canary") if isinstance(result.get("canary"), dict) else {}
+    verdict = str(canary.get("verdict") or "inconclusive").upper()
+    lines = canary.get("lines") or [result.get("msg") or ""]
+    display.display(f"{host}: performance canary {verdict}: {'; '.join(str(line) for line in lines)}")

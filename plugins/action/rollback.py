@@ -1,0 +1,202 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of inferops.runbooks.rollback: the rollback phase of the role sglang_restart.
+
+The new configuration failed: put the previous files back (from ``<file>.previous`` on the host, not
+from the controller's memory: a change an earlier run wrote is put back from that run's backup),
+reload systemd, and when the failed start had stopped the server, start it on the previous
+configuration and follow that start with the same gates (it takes as long as any cold start, and can
+fail too). The rollback's start goes into the host's start history with the previous configuration's
+fingerprint, and the run record ends at rolled_back or rollback_failed.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
+    Seen,
+    Start,
+    canary_wanted,
+    generates_wanted,
+    history_args,
+    kept,
+    port_host,
+    wait_args,
+)
+
+ARGUMENT_SPEC: dict[str, t.Any] = {}
+STEP = "Rollback"
+
+
+OUTSIDE_THE_ROLE = "inferops.runbooks.rollback runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
+
+
+def role_state(steps: Steps) -> dict[str, t.Any]:
+    """The checked options, the files this run's change wrote (path, kind, whether it existed before),
+    whether the unit was stopped for the new start, the run's id."""
+    return {
+        "options": (steps.variable("sglang_restart__checked", {}) or {}).get("options") or {},
+        "files": [
+            {key: entry.get(key) for key in ("path", "kind", "existed")}
+            for entry in steps.variable("sglang_restart__changed_files", []) or []
+            if isinstance(entry, dict)
+        ],
+        "stopped": bool(steps.variable("sglang_restart__stopped", False)),
+        "run_id": str(steps.variable("sglang_restart_run_id", "")),
+    }
+
+
+def unit_properties(stdout: str) -> dict[str, str]:
+    """``systemctl show``'s ``Key=value`` lines as a dict."""
+    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+
+def smoke_failure(options: t.Mapping[str, t.Any], answer: t.Mapping[str, t.Any]) -> str:
+    status = answer.get("status")
+    said = f"HTTP {status}" if status not in (None, -1) else "no answer"
+    detail = f" - {answer['msg']}" if answer.get("msg") else ""
+    return f"smoke test: {said} from {options['smoke_url']}{detail}"
+
+
+class ActionModule(ActionBase):
+    """The rollback phase of one host; see the module docs."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
+        task_vars = task_vars or {}
+        result: Result = super().run(tmp, task_vars)
+        del tmp
+        self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if self._task.check_mode:
+            result.update(changed=False, skipped=True, msg="check mode: nothing rolled back")
+            return result
+        steps = Steps(self, task_vars)
+        args = role_state(steps)
+        options = args["options"]
+        if not options:
+            result.update(failed=True, msg=OUTSIDE_THE_ROLE)
+            return result
+        api_key = steps.variable("sglang_restart_api_key", "")
+        hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
+        start = Start(steps, options, api_key, hidden, str(task_vars.get("inventory_hostname", "")), STEP)
+        seen = Seen()
+        facts: dict[str, t.Any] = {"files_restored": False, "started_at": None, "failure": None}
+        try:
+            self._record(steps, args, facts, "rollback", "Note in the run record that the change is rolled back")
+            self._put_back(steps, args, facts)
+            if args["stopped"]:
+                self._start(steps, args, facts, start, seen, hidden)
+        except StepFailed as failed:
+            facts["failure"] = {"step": failed.failure["step"], "msg": str(failed.failure["result"].get("msg") or "failed without a message")}
+        finally:
+            facts["wait"] = seen.wait
+            facts["canary"] = seen.canary
+            passed = _rollout.rollback_passed(facts["failure"], seen.wait)
+            facts["passed"] = passed
+            try:
+                self._add_history(steps, options, seen, passed, hidden, facts)
+                self._record(
+                    steps,
+                    args,
+                    facts,
+                    _rollout.rollback_settled_step(passed, args["stopped"]),
+                    "Note in the run record how the rollback ended",
+                    change_flags={"settled": True},
+                )
+            finally:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+        result.update(changed=True, steps=steps.done, **({"warnings": steps.warnings} if steps.warnings else {}), seen=facts)
+        return result
+
+    def _record(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], step: str, name: str, **updates: t.Any) -> None:
+        facts["record"] = steps.module(
+            "rollback",
+            f"{STEP} | {name}",
+            "inferops.runbooks.run_record",
+            {"unit": args["options"]["unit"], "run_id": args["run_id"], "step": step, **({"updates": updates} if updates else {})},
+        )
+
+    def _put_back(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any]) -> None:
+        """The failed start stopped, the previous files back, systemd reloaded, the unit loading again."""
+        unit = args["options"]["unit"]
+        if args["stopped"]:
+            steps.module("rollback", f"{STEP} | Stop the unit of the failed start", "ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
+        for entry in args["files"]:
+            if entry.get("existed"):
+                steps.module(
+                    "rollback",
+                    f"{STEP} | Put the previous content back ({entry['path']})",
+                    "ansible.builtin.copy",
+                    {"src": f"{entry['path']}.previous", "dest": entry["path"], "remote_src": True},
+                )
+            else:
+                steps.module(
+                    "rollback",
+                    f"{STEP} | Remove a file that did not exist before ({entry['path']})",
+                    "ansible.builtin.file",
+                    {"path": entry["path"], "state": "absent"},
+                )
+        steps.module("rollback", f"{STEP} | Reload systemd", "ansible.builtin.systemd_service", {"daemon_reload": True})
+        shown = steps.module(
+            "rollback",
+            f"{STEP} | Read how systemd loaded the unit and its last invocation",
+            "ansible.builtin.command",
+            {"argv": ["systemctl", "show", "--property=LoadState,LoadError,InvocationID", "--", unit]},
+        )
+        facts["before"] = before = unit_properties(str(shown.get("stdout") or ""))
+        facts["files_restored"] = True
+        if before.get("LoadState") != "loaded":
+            msg = f"After the previous files were put back, {unit} still does not load (LoadState={before.get('LoadState')} {before.get('LoadError', '')})."
+            raise StepFailed("rollback", f"{STEP} | Stop when the previous configuration does not load either", {"failed": True, "msg": msg})
+
+    def _start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], start: Start, seen: Seen, hidden: list[str]) -> None:
+        """The previous configuration started and followed with the same gates; its canary is measured
+        beside the failed start's (a host slow on both is slow for another reason) and never fails it."""
+        options = args["options"]
+        steps.module(
+            "rollback",
+            f"{STEP} | Wait until the port is released",
+            "ansible.builtin.wait_for",
+            {"host": port_host(options), "port": options["port"], "state": "stopped", "timeout": options["release_timeout"]},
+        )
+        facts["started_at"] = time.time()
+        self._record(steps, args, facts, "rollback_wait", "Note in the run record that the previous configuration starts")
+        steps.module("rollback", f"{STEP} | Start the unit", "ansible.builtin.systemd_service", {"name": options["unit"], "state": "started"})
+        previous = str(facts.get("before", {}).get("InvocationID") or "") or None
+        start.wait(seen, wait_args(options, hidden, {}, previous))
+        if generates_wanted(options, seen, 0):
+            start.smoke(seen)
+            if not _rollout.generated(seen.smoke):
+                raise StepFailed("rollback", f"{STEP} | The smoke test must generate", {"failed": True, "msg": smoke_failure(options, seen.smoke)})
+        if canary_wanted(options, seen, 0):
+            start.canary(seen, args["run_id"])
+
+    def _add_history(self, steps: Steps, options: t.Mapping[str, t.Any], seen: Seen, passed: bool, hidden: list[str], facts: dict[str, t.Any]) -> None:
+        """The rollback's start is a start of the previous configuration (the files are back): it
+        counts for that configuration's baseline. A history that cannot be written never fails the run."""
+        invocation = seen.wait.get("invocation_id")
+        if not options["history"] or not invocation:
+            return
+        added = steps.module(
+            "history",
+            f"{STEP} | Add the rollback start to this host's start history",
+            "inferops.runbooks.start_history",
+            history_args(
+                options,
+                invocation_id=invocation,
+                outcome="pass" if passed else "fail",
+                reason=seen.wait.get("reason"),
+                waited=seen.wait.get("elapsed"),
+                redact=hidden,
+            ),
+            may_fail=True,
+        )
+        facts["history"] = kept(added)

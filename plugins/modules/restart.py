@@ -1,0 +1,84 @@
+#!/usr/bin/python
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: restart
+short_description: The restart phase of a rollout - stop or restart the unit, follow its cold start, prove it generates
+version_added: 0.3.0
+description:
+  - The restart phase of the role P(inferops.runbooks.sglang_restart#role) on one host, in one task. Its input is the
+    role's checked variables and what the role's earlier steps left (the unit before the run, the run record's plan,
+    the rollout's decisions); use the role rather than this module.
+  - Notes in the run record on the host the invocation before the stop (M(inferops.runbooks.run_record)); reads the
+    host's start history (M(inferops.runbooks.start_history)) for the stall limits and good starts it teaches; stops
+    the unit and waits for its old main process and its port (with C(sglang_restart_stop_first), and always for the
+    nodes of a deployment), then starts it, or restarts it in place.
+  - Follows the new start until it is ready (M(inferops.runbooks.wait_ready), with its progress lines); generates one
+    token through the completions API from the target (with C(sglang_restart_smoke_test), on node 0); adds the start
+    to the start history; measures it against the host's baseline (M(inferops.runbooks.perf_canary), with
+    C(sglang_restart_canary)); notes in the run record that the configuration passed.
+  - The run record names each step before it is taken, so that a controller killed at any point leaves the next run
+    what it needs to repair. A host whose configuration is already in place is verified in place with the same gates,
+    and a start an earlier run began is waited on, not restarted.
+  - A step that fails is kept for the report (the fact C(sglang_restart_failure)) instead of failing the task; the
+    role rolls a failed change back, puts the host back into rotation when it serves, and fails the host after its
+    report.
+author:
+  - inferops.runbooks contributors (@inferops)
+attributes:
+  action:
+    support: full
+    description: Runs on the controller and calls the collection's modules on the managed host.
+  async:
+    support: none
+    description: The wait shows progress lines as it goes.
+  check_mode:
+    support: full
+    description: Skipped in check mode; the role says what a real run would do.
+  diff_mode:
+    support: none
+    description: Nothing to compare.
+  platform:
+    support: full
+    platforms: posix
+    description: A host with systemd and journald.
+options:
+  part:
+    description:
+      - Which part of the phase to run. V(all) for a single host; the nodes of a multi-node deployment run V(stop),
+        V(start) and V(verify) as three tasks, each part going on only when every other node got through the one
+        before it.
+    type: str
+    default: all
+    choices: [all, stop, start, verify]
+notes:
+  - The facts it sets are the role's internals (C(sglang_restart_wait), C(sglang_restart_smoke),
+    C(sglang_restart_perf_canary), C(sglang_restart_start_history), C(sglang_restart_outcome) and others); the role's
+    report is the interface to read.
+seealso:
+  - module: inferops.runbooks.wait_ready
+  - module: inferops.runbooks.rollback
+  - module: inferops.runbooks.precheck
+"""
+
+EXAMPLES = r"""
+# Inside the role inferops.runbooks.sglang_restart, after its variables were checked and the change deployed:
+- name: Restart, follow the cold start, generate one token, measure it
+  inferops.runbooks.restart:
+
+- name: Stop this node of a deployment (then part start, then part verify)
+  inferops.runbooks.restart:
+    part: stop
+"""
+
+RETURN = r"""
+steps:
+  description: What each step did - its name, C(ok), C(failed) or C(skipped), and its seconds (shown with C(-v)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"step": "Restart | Restart the unit in place", "outcome": "ok", "seconds": 0.62}]
+"""
