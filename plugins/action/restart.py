@@ -325,7 +325,8 @@ class ActionModule(ActionBase):
 
 def show_canary(host: str, result: t.Mapping[str, t.Any]) -> None:
     """The canary's figures beside the baseline, one line in the play's output."""
-    canary = result.get("canary") if isinstance(result.get("canary"), dict) else {}
+    found = result.get("canary")
+    canary: dict[str, t.Any] = found if isinstance(found, dict) else {}
     verdict = str(canary.get("verdict") or "inconclusive").upper()
     lines = canary.get("lines") or [result.get("msg") or ""]
     display.display(f"{host}: performance canary {verdict}: {'; '.join(str(line) for line in lines)}")

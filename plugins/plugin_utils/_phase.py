@@ -25,7 +25,7 @@ class StepFailed(Exception):
 
     def __init__(self, stage: str, step: str, result: t.Mapping[str, t.Any]) -> None:
         super().__init__(f"{step}: {result.get('msg', 'failed')}")
-        self.failure = {"stage": stage, "step": step, "result": dict(result)}
+        self.failure: dict[str, t.Any] = {"stage": stage, "step": step, "result": dict(result)}
 
 
 class Steps:

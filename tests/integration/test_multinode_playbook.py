@@ -237,3 +237,16 @@ def test_the_precheck_checks_node_0_with_the_full_gates_and_the_other_nodes_with
     assert len(ET.parse(reports / "qwen.precheck.junit.xml").getroot().findall("./testsuite/testcase")) == 1
     assert not (reports / "sim3.precheck.json").exists()
     assert {host: topology.invocation(host) for host in before} == before
+
+
+def test_a_node_whose_unit_is_missing_stops_its_deployment_at_the_preflight(topology: Topology, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """dsr1's node 1 names a unit that does not exist: it fails its preflight, node 0 stops at the
+    preflight gate, and nothing is stopped on any node of either deployment."""
+    before = topology.start_all()
+    inventory = tmp_path / "missing-unit.ini"
+    lines = topology.inventory.read_text().splitlines()
+    inventory.write_text("\n".join(line + " sglang_restart_unit=no-such-server.service" if line.startswith("sim2 ") else line for line in lines) + "\n")
+    run = run_playbook(PLAYBOOK, extra_vars=QUICK, inventory=inventory)
+    assert run.returncode != 0, run
+    assert "Deployment dsr1: sim2 did not get through the preflight step, so nothing more is done on sim1 (node 0)" in run.flat
+    assert {host: topology.invocation(host) for host in before} == before

@@ -1,0 +1,334 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of inferops.runbooks.prepare: a rollout's first phase, up to the drain.
+
+Check every variable (on the play's first host, every host's), read the unit, render the change on the
+controller, read the run record an earlier run left and reconcile it with the host (completing a
+rollback cut short), compare the change with the host's files, take over a host left out of rotation,
+and deploy the change (backups, write, daemon-reload, refuse a change that breaks the unit). Each
+step runs one of the collection's or ansible-core's modules on the host; what to do is decided by
+``plugin_utils/_prepare``. A failed step is kept as ``sglang_restart_failure`` for the rest of the role
+(rollback, restore, report) instead of failing the task.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import random
+import time
+import typing as t
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import lookup_loader
+from ansible.utils.display import Display
+
+from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as decide
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+
+ROLE = "sglang_restart"
+CHECK_STEP = "Validate | Check every variable and every rule on the controller"
+display = Display()
+
+
+class Refused(Exception):
+    """check_options refused the variables: nothing on the host is touched."""
+
+
+def without_invocation(result: t.Mapping[str, t.Any]) -> Result:
+    """A module's result as a registered variable would keep it, less the arguments it was called with."""
+    return {key: value for key, value in result.items() if key != "invocation"}
+
+
+def slurped(result: t.Mapping[str, t.Any]) -> str | None:
+    """The text slurp read, None when the file does not exist."""
+    if "content" not in result:
+        return None
+    return base64.b64decode(str(result["content"])).decode("utf-8", errors="replace")
+
+
+def slurp_missing(result: t.Mapping[str, t.Any]) -> bool:
+    return bool(result.get("failed")) and "not found" in str(result.get("msg", "")).lower()
+
+
+class ActionModule(ActionBase):
+    """The prepare phase of one host; see the module docs."""
+
+    TRANSFERS_FILES = True
+    _VALID_ARGS: frozenset[str] = frozenset()
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
+        task_vars = task_vars or {}
+        result: Result = super().run(tmp, task_vars)
+        del tmp
+        self.steps = Steps(self, task_vars)
+        self.task_vars = task_vars
+        self.host = str(task_vars.get("inventory_hostname", ""))
+        started_at = time.time()
+        self.facts: dict[str, t.Any] = decide.run_facts(
+            started_at, decide.run_id(time.strftime(decide.RUN_ID_TIME, time.gmtime(started_at)), random.randrange(999999))
+        )
+        self.diffs: list[t.Any] = []
+        self.changed = False
+        refused = False
+        try:
+            self._validate()
+            self._prepare()
+        except Refused:
+            refused = True
+        except StepFailed as failed:
+            self.facts["sglang_restart_failure"] = failed.failure
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        failure = self.facts["sglang_restart_failure"]
+        result.update(
+            changed=self.changed,
+            refused=refused,
+            failure=failure,
+            steps=self.steps.done,
+            ansible_facts=self.facts,
+            # a host that cannot be reached is out of the play, as it would be for any task
+            **({"unreachable": True} if failure and failure["result"].get("unreachable") else {}),
+            msg=f"{failure['step']}: {failure['result'].get('msg', 'failed')}" if failure else "prepared",
+            **({"diff": self.diffs} if self.diffs else {}),
+            **({"warnings": self.steps.warnings} if self.steps.warnings else {}),
+        )
+        return result
+
+    # -- the steps ---------------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        """Every variable and rule, of every host of the play on its first host; a refusal is kept
+        for the report and touches nothing."""
+        play_hosts = [str(name) for name in self.task_vars.get("ansible_play_hosts_all") or []]
+        hosts = play_hosts if play_hosts and play_hosts[0] == self.host else []
+        checked = without_invocation(self.steps.run_action("inferops.runbooks.check_options", {"role": ROLE, "hosts": hosts}))
+        self.steps.done[-1]["step"] = CHECK_STEP
+        self.facts["sglang_restart__checked"] = checked
+        if checked.get("failed"):
+            self.facts["sglang_restart_failure"] = StepFailed("validate", CHECK_STEP, checked).failure
+            raise Refused()
+        self.options: dict[str, t.Any] = checked["options"]
+        self.node: dict[str, t.Any] = checked.get("node") or {}
+
+    def _prepare(self) -> None:
+        before = self._preflight()
+        files = self._render(before)
+        plan = self._reconcile(before, files)
+        compared = self._compare(files, plan)
+        self.facts.update(decide.takeover(plan))
+        if decide.changed(compared):
+            self._deploy(compared, plan)
+        if self._task.check_mode:
+            scene = decide.Scene(self.host, self.options, before, compared, plan, bool(self.node.get("multi_node")), self._worker_url())
+            self._say(decide.check_mode_message(scene))
+
+    def _preflight(self) -> dict[str, t.Any]:
+        self._stage("preflight")
+        read = self._module(
+            "Preflight | Read the state of the unit before the restart", "inferops.runbooks.unit_info", {"unit": self.options["unit"]}, always=True
+        )
+        self.facts["sglang_restart_before"] = without_invocation(read)
+        before: dict[str, t.Any] = read.get("unit") or {}
+        if before.get("LoadState") != "loaded":
+            self._refuse("Preflight | Refuse a unit that is not loaded", decide.not_loaded_message(self.options["unit"], self.host, before.get("LoadState")))
+        if self.node.get("multi_node"):
+            self.facts["sglang_restart_reached_preflight"] = True
+        return before
+
+    def _render(self, before: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
+        """The new files, rendered on the controller (a template relative to the playbook's directory)."""
+        self._stage("render")
+        step = "Preflight | Render the new configuration on the controller"
+        playbook_dir = str(self.task_vars.get("playbook_dir") or ".")
+        started = time.monotonic()
+        try:
+            files = decide.requested_files(self.options, before, self._template, playbook_dir)
+        except AnsibleError as exc:
+            self.steps.note(step, {"failed": True}, time.monotonic() - started)
+            raise StepFailed("render", step, {"failed": True, "msg": str(exc)}) from None
+        self.steps.note(step, {}, time.monotonic() - started)
+        self.steps.done[-1]["saw"] = {"files": [{key: entry[key] for key in ("kind", "path")} for entry in files]}
+        self.facts["sglang_restart_new_files"] = files
+        self.facts["sglang_restart_deploy_files"] = []
+        self._stage("preflight")
+        return files
+
+    def _template(self, path: str) -> str:
+        """A template rendered with the role's variables, as ``lookup('template')`` renders it."""
+        lookup = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=self._templar)
+        if lookup is None:
+            raise AnsibleError("the ansible.builtin.template lookup is not available")
+        return str(lookup.run([path], variables=self.task_vars)[0])
+
+    def _reconcile(self, before: t.Mapping[str, t.Any], files: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
+        """The run record an earlier run left, reconciled with the host: what that run left to repair."""
+        read = self._module(
+            "Preflight | Read the run record an earlier run left, with the hashes of the files it names",
+            "inferops.runbooks.run_record",
+            {"unit": self.options["unit"], "files": [entry["path"] for entry in files]},
+            always=True,
+        )
+        self.facts["sglang_restart_record"] = without_invocation(read)
+        requested = [{"path": entry["path"], "new_sha256": _rollout.content_sha256(entry["content"])} for entry in files]
+        record = plain(read)
+        plan = _rollout.reconcile(record.get("record"), record.get("problem"), record.get("host_files") or {}, before, requested)
+        self.facts["sglang_restart_plan"] = plan
+        self._say(decide.repairs_message(plan))
+        if plan["restore_files"] and not self._task.check_mode:
+            self._complete_rollback(plan["restore_files"])
+        return plan
+
+    def _complete_rollback(self, restore_files: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+        """An earlier run was cut short while it rolled back: put the previous files back first."""
+        foreign, back, remove = decide.restore_split(restore_files)
+        if foreign:
+            self._refuse(
+                "Reconcile | Refuse to complete a rollback whose backup is not the one recorded", decide.foreign_backup_message(self.options["unit"], foreign)
+            )
+        for path in back:
+            self._action(
+                "Reconcile | Put the previous content back",
+                "ansible.builtin.copy",
+                {"src": f"{path}.previous", "dest": path, "remote_src": True, "mode": "preserve"},
+            )
+        for path in remove:
+            self._module("Reconcile | Remove the files that did not exist before", "ansible.builtin.file", {"path": path, "state": "absent"})
+        self._module("Reconcile | Reload systemd", "ansible.builtin.systemd_service", {"daemon_reload": True})
+        self.facts["sglang_restart_record"] = self._record(
+            "Reconcile | Note in the run record that the change was rolled back", "rolled_back", {"change_flags": {"settled": True}}
+        )
+
+    def _compare(self, files: t.Sequence[t.Mapping[str, t.Any]], plan: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
+        current: dict[str, str | None] = {}
+        for entry in files:
+            read = self._module("Preflight | Read the files the change replaces", "ansible.builtin.slurp", {"src": entry["path"]}, always=True, may_fail=True)
+            if read.get("failed") and not slurp_missing(read):
+                raise StepFailed("preflight", "Preflight | Read the files the change replaces", read)
+            current[entry["path"]] = slurped(read)
+        compared = decide.compare(files, current, decide.unproven_files(plan))
+        self.facts["sglang_restart_deploy_files"] = compared
+        self.steps.note("Preflight | Compare the new configuration with the one in place", {}, 0.0)
+        self.steps.done[-1]["saw"] = {"files": [{key: entry[key] for key in ("kind", "path", "existed", "changed")} for entry in compared]}
+        return compared
+
+    def _deploy(self, files: t.Sequence[dict[str, t.Any]], plan: t.Mapping[str, t.Any]) -> None:
+        """Write the change (the previous content kept as <file>.previous), reload systemd and refuse a
+        change that breaks the unit, all before anything is stopped. In check mode only the write runs,
+        in check mode, for --diff to show what would change."""
+        self._stage("deploy")
+        writes = decide.changed(files)
+        real = not self._task.check_mode
+        if real:
+            # written ahead: a run killed from here on leaves the files to check and the backups to restore from
+            entries = _rollout.change_entries(writes, (self.facts["sglang_restart_record"] or {}).get("host_files") or {}, plan.get("unproven") or [])
+            self.facts["sglang_restart_record"] = self._record(
+                "Deploy | Note the change in the run record before writing it", "deploy", {"change": {"files": entries, "proven": False}}
+            )
+            for entry in decide.backups_to_keep(writes):
+                self._action(
+                    "Deploy | Keep the previous content as <file>.previous",
+                    "ansible.builtin.copy",
+                    {"content": entry["previous"], "dest": f"{entry['path']}.previous", "mode": entry["mode"]},
+                    diff=False,
+                )
+            for entry in decide.stale_backups(writes):
+                self._module(
+                    "Deploy | Remove a stale previous copy of a file that did not exist",
+                    "ansible.builtin.file",
+                    {"path": f"{entry['path']}.previous", "state": "absent"},
+                )
+        for directory in dict.fromkeys(decide.parent(entry["path"]) for entry in writes):
+            self._module("Deploy | Create the directory of each file", "ansible.builtin.file", {"path": directory, "state": "directory", "mode": "0755"})
+        if real:
+            self.facts["sglang_restart_deploy_applied"] = True
+        for entry in writes:
+            mode = decide.write_mode(entry)
+            written = self._action(
+                "Deploy | Write the new configuration",
+                "ansible.builtin.copy",
+                {"content": entry["content"], "dest": entry["path"], **({"mode": mode} if mode else {})},
+                diff=decide.diff_shown(entry),
+            )
+            if decide.diff_shown(entry) and written.get("diff"):
+                self.diffs.extend(written["diff"] if isinstance(written["diff"], list) else [written["diff"]])
+        if real:
+            self._verify_unit()
+
+    def _verify_unit(self) -> None:
+        unit = self.options["unit"]
+        self._module("Deploy | Reload systemd", "ansible.builtin.systemd_service", {"daemon_reload": True})
+        shown = self._module(
+            "Deploy | Read how systemd loaded the unit",
+            "ansible.builtin.command",
+            {"argv": ["systemctl", "show", "--property=LoadState,LoadError", "--", unit]},
+        )
+        shown = {**shown, "changed": False}
+        self.facts["sglang_restart_reloaded"] = without_invocation(shown)
+        verify: dict[str, t.Any] = {}
+        if self.options.get("verify_unit"):
+            verify = self._module(
+                "Deploy | Verify the unit (systemd-analyze verify)",
+                "ansible.builtin.command",
+                {"argv": ["systemd-analyze", "verify", "--", unit]},
+                may_fail=True,
+            )
+            verify = {**without_invocation(verify), "changed": False, "failed": False}
+            self.facts["sglang_restart_verify"] = verify
+        shown_lines = [str(line) for line in shown.get("stdout_lines") or []]
+        if decide.unit_broken(shown_lines, verify.get("rc")):
+            self._stage("verify")
+            lines = decide.verify_lines(shown_lines, [str(line) for line in verify.get("stderr_lines") or []])
+            self._refuse("Deploy | Refuse the change", decide.broken_message(unit, self.host, lines))
+
+    # -- how a step runs ---------------------------------------------------------------------------
+
+    def _stage(self, stage: str) -> None:
+        self.stage = self.facts["sglang_restart__stage"] = stage
+
+    def _module(self, step: str, name: str, args: t.Mapping[str, t.Any], *, always: bool = False, may_fail: bool = False) -> Result:
+        result = self.steps.module(self.stage, step, name, args, always=always, may_fail=may_fail)
+        if result.get("changed") and not self._task.check_mode and name not in ("inferops.runbooks.run_record", "ansible.builtin.systemd_service"):
+            self.changed = True
+        return result
+
+    def _record(self, step: str, record_step: str, updates: t.Mapping[str, t.Any]) -> Result:
+        """Advance the run record on the host to ``record_step`` of this run."""
+        args = {"unit": self.options["unit"], "run_id": self.facts["sglang_restart_run_id"], "step": record_step, "updates": dict(updates)}
+        return without_invocation(self._module(step, "inferops.runbooks.run_record", args))
+
+    def _action(self, step: str, name: str, args: t.Mapping[str, t.Any], *, diff: bool | None = None) -> Result:
+        """Another action plugin (``copy`` with content: its transfer and its diff); StepFailed when it failed."""
+        with self._diff(diff):
+            result = self.steps.run_action(name, args)
+        self.steps.done[-1]["step"] = step
+        if result.get("failed") or result.get("unreachable"):
+            raise StepFailed(self.stage, step, result)
+        if result.get("changed"):
+            self.changed = True
+        return result
+
+    @contextlib.contextmanager
+    def _diff(self, diff: bool | None) -> t.Iterator[None]:
+        saved = self._task.diff
+        if diff is not None:
+            self._task.diff = diff and bool(saved)
+        try:
+            yield
+        finally:
+            self._task.diff = saved
+
+    def _refuse(self, step: str, msg: str) -> t.NoReturn:
+        self.steps.note(step, {"failed": True}, 0.0)
+        raise StepFailed(self.stage, step, {"failed": True, "changed": False, "msg": msg})
+
+    def _say(self, lines: t.Sequence[str]) -> None:
+        for line in lines:
+            display.display(f"{self.host}: {line}")
+
+    def _worker_url(self) -> str:
+        given = self.options.get("worker_url")
+        return str(given) if given else f"http://{self.task_vars.get('ansible_host') or self.host}:{self.options['port']}"
