@@ -14,6 +14,7 @@ after the first: every node is stopped before any is started.
 
 from __future__ import annotations
 
+import time
 import typing as t
 
 from ansible.plugins.action import ActionBase
@@ -58,6 +59,32 @@ def role_state(steps: Steps) -> dict[str, t.Any]:
         "verify_in_place": bool(decision.get("verify_in_place")),
         "inflight_invocation": str(plan.get("before_invocation") or "") if plan.get("inflight") else "",
         "record": bool(decision.get("record_wanted")),
+    }
+
+
+# the drain reads the load in slices this long, each followed by a progress line
+DRAIN_SLICE = 20.0
+
+
+def drain_interval(options: t.Mapping[str, t.Any]) -> float:
+    """Seconds between two load reads: the poll interval, within 1 to 5 s."""
+    return min(max(float(options["poll_interval"]), 1.0), 5.0)
+
+
+def drain_goes_on(drain: t.Mapping[str, t.Any], remaining: float) -> bool:
+    """Another slice is read when this one ran out of time before the server ran no request, and the
+    drain timeout has time left beyond it."""
+    return bool(drain.get("timed_out")) and remaining > DRAIN_SLICE
+
+
+def drain_seen(slices: list[dict[str, t.Any]], seconds: float) -> dict[str, t.Any]:
+    """The drain as one wait: the last slice's reading, the first one's load, every read, the whole time."""
+    first, last = slices[0], slices[-1]
+    return {
+        **last,
+        "running_at_start": first.get("running_at_start"),
+        "reads": sum(int(piece.get("reads") or 0) for piece in slices),
+        "seconds": round(seconds, 1),
     }
 
 
@@ -149,6 +176,8 @@ class ActionModule(ActionBase):
         options, node = args["options"], args["node"]
         if not args["restart"] or args["inflight_invocation"]:
             return
+        if options["load_url"]:
+            facts["drain"] = self._drain(steps, args, str(task_vars.get("inventory_hostname", "")))
         self._record(
             steps,
             args,
@@ -249,6 +278,39 @@ class ActionModule(ActionBase):
         )
         facts[key] = read
         return read
+
+    def _drain(self, steps: Steps, args: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any]:
+        """Until the server runs and queues no request, or the drain timeout (inferops.runbooks.server_load:
+        SGLang's /v1/loads, /get_load, then the keyless /metrics; vLLM's /metrics; the API key where the
+        server guards). Read in slices, each followed by a progress line, so that a long drain never looks
+        idle. It never fails: the stop goes ahead (SGLang drains on SIGTERM too)."""
+        options, node = args["options"], args["node"]
+        api_key = steps.variable("sglang_restart_api_key", "")
+        timeout = float(options["drain_timeout"])
+        started = time.monotonic()
+        slices: list[dict[str, t.Any]] = []
+        while True:
+            remaining = max(timeout - (time.monotonic() - started), 0.0)
+            read = steps.module(
+                "drain",
+                "Drain | Wait until the server runs no more requests",
+                "inferops.runbooks.server_load",
+                {
+                    "url": options["load_url"],
+                    "engine": options["engine"],
+                    **({"api_key": api_key} if api_key not in (None, "") else {}),
+                    "timeout": min(remaining, DRAIN_SLICE),
+                    "interval": drain_interval(options),
+                    "unknown_load": options["drain_unknown_load"],
+                    "node_rank": int(node.get("rank") or 0),
+                },
+                may_fail=True,
+                secret=api_key not in (None, ""),
+            )
+            slices.append(dict(read.get("drain") or {"msg": str(read.get("msg") or "the load could not be read")}))
+            if not drain_goes_on(slices[-1], remaining):
+                return drain_seen(slices, time.monotonic() - started)
+            display.display(f"{host}: {options['unit']} draining: {slices[-1].get('msg', '')}, {time.monotonic() - started:.0f}s of {timeout:.0f}s")
 
     def _stop_and_release(self, steps: Steps, args: t.Mapping[str, t.Any]) -> None:
         options, before = args["options"], args["before"]

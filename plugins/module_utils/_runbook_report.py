@@ -776,11 +776,14 @@ def _wait_history(history: dict[str, t.Any] | None, wait: t.Mapping[str, t.Any])
 def fleet_section(report: t.Mapping[str, t.Any], reports: t.Iterable[t.Any], ratio: float = _history.DEFAULT_FLEET_RATIO) -> Report:
     """The report with ``history.fleet``: its host's recorded start against its peers' on the same
     configuration among ``reports`` (the play's reports so far, its own among them), from
-    ``_history.fleet_compare``; unchanged when it has no history section or too few peers."""
+    ``_history.fleet_compare``; unchanged when it has no history section or too few peers. Its own
+    host's entry among ``reports`` is this report (an earlier one of the host, or none, is replaced)."""
     history = report.get("history")
     if not isinstance(history, t.Mapping) or "good_starts" not in history:
         return dict(report)
-    found = _history.fleet_compare(fleet_starts(reports), ratio).get(_text(report.get("host")))
+    host = _text(report.get("host"))
+    peers = [other for other in reports if not (isinstance(other, t.Mapping) and _text(other.get("host")) == host)]
+    found = _history.fleet_compare(fleet_starts([*peers, report]), ratio).get(host)
     return {**report, "history": {**history, "fleet": found}}
 
 

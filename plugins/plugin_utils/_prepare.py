@@ -34,7 +34,6 @@ RESET: dict[str, t.Any] = {
     "sglang_restart_router_worker": None,
     "sglang_restart_traffic_removed": False,
     "sglang_restart_drain_hooks_ran": False,
-    "sglang_restart_drain": {},
     "sglang_restart_traffic_restored": None,
     "sglang_restart_traffic_failure": None,
     "sglang_restart_record": {},

@@ -86,6 +86,10 @@ def test_the_reports_compare_recorded_good_starts_only() -> None:
     assert reports[0]["history"]["fleet"] is None
     # the canary host of a rolling play: no peers yet
     assert fleet_section(reports[1], reports[:2])["history"]["fleet"] is None
+    # the host's own report need not be among the play's yet, and an earlier one of it counts for nothing
+    assert fleet_section(reports[1], [reports[0], *reports[2:]])["history"]["fleet"] == slow["history"]["fleet"]
+    stale = host_report("sim2", 10.0)
+    assert fleet_section(reports[1], [stale, reports[0], *reports[2:]])["history"]["fleet"] == slow["history"]["fleet"]
 
 
 def test_the_filters_compare_the_play_and_refuse_a_bad_ratio() -> None:
