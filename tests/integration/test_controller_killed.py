@@ -125,6 +125,19 @@ def stop(process: subprocess.Popen[bytes], how: str) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def settled_step(fleet: Fleet, host: str, quiet: float = 2.0, timeout: float = 30.0) -> object:
+    """The step the run record names once it stopped changing: a module the dead controller had already
+    sent over its persistent ssh connection still runs to its end on the host."""
+    deadline = time.monotonic() + timeout
+    step, since = host_record(fleet, host).get("step"), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet:
+        time.sleep(0.25)
+        now = host_record(fleet, host).get("step")
+        if now != step:
+            step, since = now, time.monotonic()
+    return step
+
+
 def case_id(step: str, dropin: str, how: str) -> str:
     return f"{how}-at-{step}-{'crashing' if dropin == CRASHING else 'good'}"
 
@@ -164,7 +177,7 @@ def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
             "in router": url in router.registered(),
             "unit": fleet.unit_property(host, "ActiveState"),
             "health": fleet.health(host),
-            "record": host_record(fleet, host).get("step"),
+            "record": settled_step(fleet, host),
             "new drop-in written": read_file(fleet, host, DROPIN) == dropin,
         }
         # killed before it wrote anything or took the host out, a run leaves nothing to repair
