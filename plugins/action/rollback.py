@@ -96,23 +96,22 @@ class ActionModule(ActionBase):
                 self._start(steps, args, facts, start, seen, hidden)
         except StepFailed as failed:
             facts["failure"] = {"step": failed.failure["step"], "msg": str(failed.failure["result"].get("msg") or "failed without a message")}
+        facts.update(wait=seen.wait, canary=seen.canary, passed=_rollout.rollback_passed(facts["failure"], seen.wait))
+        try:
+            self._add_history(steps, options, seen, facts["passed"], hidden, facts)
+            self._record(
+                steps,
+                args,
+                facts,
+                _rollout.rollback_settled_step(facts["passed"], args["stopped"]),
+                "Note in the run record how the rollback ended",
+                change_flags={"settled": True},
+            )
+        except StepFailed as failed:
+            # the record cannot be written: the host fails here, as a failed task would
+            result.update(failed=True, msg=str(failed))
         finally:
-            facts["wait"] = seen.wait
-            facts["canary"] = seen.canary
-            passed = _rollout.rollback_passed(facts["failure"], seen.wait)
-            facts["passed"] = passed
-            try:
-                self._add_history(steps, options, seen, passed, hidden, facts)
-                self._record(
-                    steps,
-                    args,
-                    facts,
-                    _rollout.rollback_settled_step(passed, args["stopped"]),
-                    "Note in the run record how the rollback ended",
-                    change_flags={"settled": True},
-                )
-            finally:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+            self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(changed=True, steps=steps.done, **({"warnings": steps.warnings} if steps.warnings else {}), seen=facts)
         return result
 

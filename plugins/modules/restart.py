@@ -23,8 +23,8 @@ description:
   - The run record names each step before it is taken, so that a controller killed at any point leaves the next run
     what it needs to repair. A host whose configuration is already in place is verified in place with the same gates,
     and a start an earlier run began is waited on, not restarted.
-  - A step that fails is kept for the report (the fact C(sglang_restart_failure)) instead of failing the task; the
-    role rolls a failed change back, puts the host back into rotation when it serves, and fails the host after its
+  - A step that fails is kept for the report (the key C(failure) of RV(seen)) instead of failing the task; the role rolls a failed
+    change back, puts the host back into rotation when it serves, and fails the host after its
     report.
 author:
   - inferops.runbooks contributors (@inferops)
@@ -55,9 +55,8 @@ options:
     default: all
     choices: [all, stop, start, verify]
 notes:
-  - The facts it sets are the role's internals (C(sglang_restart_wait), C(sglang_restart_smoke),
-    C(sglang_restart_perf_canary), C(sglang_restart_start_history), C(sglang_restart_outcome) and others); the role's
-    report is the interface to read.
+  - It sets no facts. The role registers its result, and reads what it saw from RV(seen); the role's report is the
+    interface to read.
 seealso:
   - module: inferops.runbooks.wait_ready
   - module: inferops.runbooks.rollback
@@ -75,6 +74,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+seen:
+  description:
+    - What the phase saw, each key present once its step ran - C(stopped), C(drain), C(record), C(start_history_before),
+      C(wait), C(smoke), C(smoke_journal), C(start_history), C(perf_canary), C(outcome) (C(start_failed),
+      C(new_start_failed), C(canary_failed), C(smoke_failed)), C(failure) (the failed step's stage, name and result).
+    - A node of a deployment also has C(reached_stopped) and C(reached_started); a later part carries the earlier
+      parts' keys.
+  returned: success
+  type: dict
+  sample: {"stopped": true, "wait": {"verdict": "pass", "reason": "ready"}, "outcome": {"start_failed": false}}
 steps:
   description: What each step did - its name, C(ok), C(failed) or C(skipped), and its seconds (shown with C(-v)).
   returned: always

@@ -20,8 +20,8 @@ description:
     beside the failed start's (it never fails the rollback).
   - Adds the rollback's start to the host's start history with the previous configuration's fingerprint, and ends
     the run record at C(rolled_back) or C(rollback_failed).
-  - A step that fails is kept for the report (the fact C(sglang_restart_rollback_failure)) instead of failing the
-    task.
+  - A step that fails is kept for the report (the key C(failure) of RV(seen)) instead of failing the task. It sets no facts - the
+    role registers its result.
 author:
   - inferops.runbooks contributors (@inferops)
 attributes:
@@ -55,6 +55,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+seen:
+  description:
+    - What the rollback saw - C(files_restored), C(started_at) (null when the unit was not started again),
+      C(before) (the unit after the files were put back), C(wait), C(canary), C(history), C(record), C(passed),
+      C(failure) (the failed step's name and message, or null).
+  returned: success
+  type: dict
+  sample: {"files_restored": true, "started_at": 1796313384.2, "wait": {"verdict": "pass"}, "passed": true, "failure": null}
 steps:
   description: What each step did - its name, C(ok), C(failed) or C(skipped), and its seconds (shown with C(-v)).
   returned: always
