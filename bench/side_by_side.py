@@ -62,6 +62,8 @@ TOOLS = ("ours", "usual", "probe")
 # "before": this collection from another checkout (--before DIR), the same role run from there
 TITLES = {"ours": "this collection", "usual": "usual playbook", "probe": "probe style", "before": "this collection, before"}
 PLAYBOOKS = {"ours": HERE / "ours_restart.yml", "usual": HERE / "peers" / "usual_restart.yml", "probe": HERE / "peers" / "probe_restart.yml"}
+# the peers' tasks, and this collection's steps: tasks of their own before the restart phase, steps
+# inside it since (the phase's result lists its steps, with when each ended)
 WAIT_TASKS = {
     "ours": "Wait | Follow the cold start",
     "usual": "Wait until the health endpoint answers 200",
@@ -69,6 +71,8 @@ WAIT_TASKS = {
     "before": "Wait | Follow the cold start",
 }
 RESTART_TASKS = {"ours": "Restart | Start the unit", "usual": "Restart the server", "probe": "Restart the server", "before": "Restart | Start the unit"}
+WAIT_STEP = "inferops.runbooks.wait_ready"
+START_STEPS = ("Restart | Start the unit", "Restart | Restart the unit in place")
 # the server's own moments that split a wait into phases: its port opens, then it says it is ready
 PORT_MARK = "Application startup complete"
 WAIT_PHASES = ("loading", "warming up", "soak")
@@ -378,15 +382,28 @@ def host_results(tool: str, hosts: Sequence[str], events: Sequence[Mapping[str, 
         reason = "ready" if not failed else peer_reason(tool, last_failure)
         if host in artifacts:
             reason = artifacts[host]["reason"]
+        restarted, started, ended = step_times(mine)
         results[host] = HostResult(
             verdict="fail" if failed else "pass",
             reason=reason,
             end=float(mine[-1]["time"]),  # type: ignore[arg-type]
-            restarted=task_end(mine, RESTART_TASKS[tool]),
-            wait_start=wait_start,
-            wait_end=task_end(mine, WAIT_TASKS[tool], status="ok"),
+            restarted=restarted if restarted is not None else task_end(mine, RESTART_TASKS[tool]),
+            wait_start=started if started is not None else wait_start,
+            wait_end=ended if ended is not None else task_end(mine, WAIT_TASKS[tool], status="ok"),
         )
     return results
+
+
+def step_times(events: Sequence[Mapping[str, t.Any]]) -> tuple[float | None, float | None, float | None]:
+    """When the unit was started, and when the wait began and passed, from the steps of this
+    collection's restart phase (None each when no phase ran them)."""
+    steps = [step for event in events for step in event.get("steps") or [] if isinstance(step, Mapping) and "ended" in step]
+    restarted = next((float(s["ended"]) for s in steps if s["step"] in START_STEPS), None)
+    wait = next((s for s in steps if s["step"] == WAIT_STEP), None)
+    if wait is None:
+        return restarted, None, None
+    ended = float(wait["ended"])
+    return restarted, ended - float(wait["seconds"]), ended if wait["outcome"] == "ok" else None
 
 
 def task_end(events: Sequence[Mapping[str, object]], task: str, status: str | None = None) -> float | None:

@@ -3,8 +3,9 @@
 """When each host finished each task, for the benchmark (bench/side_by_side.py).
 
 Appends JSON lines to the file named by ``$INFEROPS_BENCH_TIMELINE``: ``{"task_start", "time"}``
-when a task starts, ``{"host", "task", "status", "time", "rc"}`` for each task result, with ``time``
-in epoch seconds (the clock the test hosts' journals share), and one
+when a task starts, ``{"host", "task", "status", "time", "rc"}`` for each task result (with
+``steps``, the steps a phase of the collection ran, each with its ``seconds`` and the epoch it
+``ended``), with ``time`` in epoch seconds (the clock the test hosts' journals share), and one
 ``{"stats": {host: {"failures", "unreachable", ...}}, "custom": <set_stats data>}`` line at the
 end of the run.
 """
@@ -46,15 +47,16 @@ class CallbackModule(CallbackBase):
             out.write(json.dumps(record) + "\n")
 
     def _result(self, result: t.Any, status: str) -> None:
-        self._write(
-            {
-                "host": result._host.get_name(),
-                "task": result._task.get_name(),
-                "status": status,
-                "time": time.time(),
-                "rc": result._result.get("rc"),
-            }
-        )
+        record = {
+            "host": result._host.get_name(),
+            "task": result._task.get_name(),
+            "status": status,
+            "time": time.time(),
+            "rc": result._result.get("rc"),
+        }
+        if isinstance(result._result.get("steps"), list):
+            record["steps"] = result._result["steps"]
+        self._write(record)
 
     def v2_playbook_on_task_start(self, task: t.Any, is_conditional: bool) -> None:
         self._write({"task_start": task.get_name(), "time": time.time()})

@@ -67,7 +67,8 @@ class Steps:
 
     def note(self, step: str, result: t.Mapping[str, t.Any], seconds: float) -> None:
         outcome = "failed" if result.get("failed") else "skipped" if result.get("skipped") else "ok"
-        self.done.append({"step": step, "outcome": outcome, "seconds": round(seconds, 2)})
+        # "ended" in epoch seconds, the clock of the hosts' journals: when each step of the outage happened
+        self.done.append({"step": step, "outcome": outcome, "seconds": round(seconds, 2), "ended": round(time.time(), 3)})
 
     @contextlib.contextmanager
     def outside_check_mode(self, always: bool) -> t.Iterator[None]:

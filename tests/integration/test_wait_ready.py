@@ -97,7 +97,9 @@ def test_crash_fails_fast_with_the_fatal_line(fleet: Fleet, host: str, run_playb
         f"\ncrash in {phase} ({failure}): reason {result['reason']}; the wait failed {decided:.2f} s after the fatal line reached the journal, "
         f"the playbook ended {delay:.2f} s after it (the rest: the playbook's result-saving tasks)"
     )
-    assert delay < 10, delay
+    # decided by the fatal line, long before the budget would have ended the wait (the delay itself
+    # is a figure, printed above and measured in make bench: it follows the machine's load)
+    assert result["elapsed"] < LIMITS["budget"] / 2, result["elapsed"]
 
 
 def test_hang_fails_on_the_stall_limit(fleet: Fleet, host: str, run_playbook: Any, tmp_path: Path) -> None:
