@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import typing as t
 
 from ansible.errors import AnsibleFilterError
@@ -49,17 +50,28 @@ def _deployment(value: t.Any, caller: str) -> Deployment:
     return Deployment(str(value.get("name")), nodes, bool(value.get("multi_node")))
 
 
+def batch_count(batch_size: t.Any) -> int:
+    """The batch size as given (a number, or its digits from an AWX survey), checked before anything restarts."""
+    digits = "" if isinstance(batch_size, bool) else str(batch_size).strip()
+    if not (digits.isdigit() and digits.isascii() and int(digits) >= 1):
+        raise AnsibleFilterError(
+            "Refusing the rollout before anything restarts: the batch size (sglang_batch_size) must be a whole number >= 1"
+            f" (deployments per batch after the canary), got {json.dumps(batch_size, default=str)}"
+        )
+    return int(digits)
+
+
 def deployment_rollout(deployments: t.Any, batch_size: t.Any = 1, forks: t.Any = None) -> dict[str, t.Any]:
     """Rollout order and serial batches (in hosts) for whole deployments, canary first."""
     if not isinstance(deployments, list):
         raise AnsibleFilterError(f"deployment_rollout: input must be the list the deployments filter returns, got {type(deployments).__name__}")
+    size = batch_count(batch_size)
     try:
-        size = int(batch_size)
         return rollout([_deployment(item, "deployment_rollout") for item in deployments], size, None if forks in (None, "") else int(forks))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, TopologyError):
             raise AnsibleFilterError(f"Refusing the rollout before anything restarts: {exc}") from None
-        raise AnsibleFilterError(f"deployment_rollout: batch_size and forks must be whole numbers, got {batch_size!r} and {forks!r}") from None
+        raise AnsibleFilterError(f"deployment_rollout: forks must be a whole number, got {forks!r}") from None
 
 
 def deployment_node(deployments: t.Any, host: t.Any) -> dict[str, t.Any]:

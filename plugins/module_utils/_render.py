@@ -288,6 +288,36 @@ def _drain_line(drain: t.Mapping[str, t.Any]) -> str:
     return f"drain: running requests not known at the stop ({drain.get('load_url')}: {answer}), after {drain.get('seconds')} s{timed_out}"
 
 
+# where a host stands after a restart (its report's state), as the play's closing lines group them
+FLEET_GROUPS = (
+    ("new configuration", ("new_configuration",)),
+    ("already on the new configuration (nothing restarted)", ("unchanged",)),
+    ("restarted (no change)", ("restarted",)),
+    ("ROLLED BACK (serving the previous configuration)", ("rolled_back",)),
+    ("DOWN (rollback failed)", ("rollback_failed",)),
+    ("DOWN (failed, not rolled back)", ("failed",)),
+    ("not restarted (failed before the stop)", ("not_restarted",)),
+    ("check mode (nothing done)", ("check_mode",)),
+)
+
+
+def fleet_lines(hosts: t.Sequence[str], reports: t.Sequence[Report], outliers: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
+    """Where the play's hosts stand: how many reached the role, each group of hosts by their state (in
+    the play's order), the hosts not touched, and the starts much slower than their peers'."""
+    states = {str(report.get("host")): report.get("state") for report in reports}
+    ran = [host for host in hosts if host in states]
+    untouched = [host for host in hosts if host not in states]
+    lines = [f"fleet: {len(hosts)} host(s) in the play, {len(ran)} reached, {len(untouched)} not touched"]
+    for title, wanted in FLEET_GROUPS:
+        members = [host for host in ran if states[host] in wanted]
+        if members:
+            lines.append(f"  {title}: {' '.join(members)}")
+    if untouched:
+        lines.append(f"  not touched: {' '.join(untouched)}")
+    lines += [f"  slower than its peers: {found.get('text')}" for found in outliers]
+    return lines
+
+
 def summary_lines(report: Report, report_dir: str = "") -> list[str]:
     """One screen per host (or per deployment): the verdict first, then the evidence."""
     if is_deployment(report):

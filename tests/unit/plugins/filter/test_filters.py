@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
+from ansible_collections.inferops.runbooks.plugins.filter.deployment import batch_count
 from tests.unit.conftest import CORPUS
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
@@ -58,3 +60,15 @@ def test_bad_rule_fails_the_task_with_a_clear_message(tmp_path: Path) -> None:
     assert process.returncode != 0
     assert "classify_journal: rule 'broken' (extra rules #1): invalid regular expression" in process.stdout
     assert "Traceback" not in process.stdout + process.stderr
+
+
+@pytest.mark.parametrize("given", [1, 3, "2", " 4 "])
+def test_the_batch_size_is_a_whole_number_given_as_a_number_or_its_digits(given: object) -> None:
+    assert batch_count(given) == int(str(given))
+
+
+@pytest.mark.parametrize("given", [0, "0", -1, "1.5", 2.5, True, "", None, "two", "٣"])
+def test_a_batch_size_that_is_not_a_whole_number_is_refused_before_anything_restarts(given: object) -> None:
+    refused = r"^Refusing the rollout before anything restarts: the batch size \(sglang_batch_size\) must be a whole number >= 1"
+    with pytest.raises(AnsibleFilterError, match=refused):
+        batch_count(given)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _run_record
+from ansible_collections.inferops.runbooks.plugins.module_utils import _render, _run_record
 from ansible_collections.inferops.runbooks.plugins.module_utils._render import cut, junit_xml, report_files, report_json, stats, summary_lines
 from tests.unit.plugins.module_utils.observations import (
     CRASHED,
@@ -315,3 +315,17 @@ def test_a_precheck_that_fails_for_its_cause_still_says_what_the_rollout_left() 
     report = precheck_report(record=left_by_a_killed_rollout(), probe=probe_result(status=None, error="connection refused", active="failed", sub="failed"))
     assert report["reason"] == "unit_not_active"
     assert f"also: {HOST} is out of rotation (run run-7 stopped at step wait); run the same rollout again to repair it" in summary_lines(report)
+
+
+def test_the_fleet_lines_group_the_hosts_by_where_they_stand_in_the_plays_order() -> None:
+    hosts = ["gpu3", "gpu1", "gpu2", "gpu4", "gpu5"]
+    reports = [{"host": "gpu1", "state": "rolled_back"}, {"host": "gpu2", "state": "new_configuration"}, {"host": "gpu3", "state": "new_configuration"}]
+    slow = [{"host": "gpu2", "text": "gpu2: start took 80.0 s, 2.7x the median of its 2 peers on the same configuration"}]
+    assert _render.fleet_lines(hosts, reports, slow) == [
+        "fleet: 5 host(s) in the play, 3 reached, 2 not touched",
+        "  new configuration: gpu3 gpu2",
+        "  ROLLED BACK (serving the previous configuration): gpu1",
+        "  not touched: gpu4 gpu5",
+        "  slower than its peers: gpu2: start took 80.0 s, 2.7x the median of its 2 peers on the same configuration",
+    ]
+    assert _render.fleet_lines(["gpu1"], [], []) == ["fleet: 1 host(s) in the play, 0 reached, 1 not touched", "  not touched: gpu1"]

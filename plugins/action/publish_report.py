@@ -1,0 +1,91 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of inferops.runbooks.publish_report: a runbook role's report, in one step.
+
+The summary is shown (in one piece, as the wait shows its progress lines), the outcome published as ``set_stats`` data
+(``ansible_stats``, which the strategy takes from any action's result that did not fail: so the
+host fails on its verdict in the task after this one), the files written by
+inferops.runbooks.write_report. The managed host is not contacted.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.inferops.runbooks.plugins.module_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+
+display = Display()
+
+ARGUMENT_SPEC: dict[str, t.Any] = {
+    "report": {"type": "dict", "required": True},
+    "report_dir": {"type": "str", "default": ""},
+    "publish": {"type": "bool", "default": True},
+}
+
+
+def published_name(report: t.Mapping[str, t.Any], host: str) -> str:
+    """What the artifacts are published under: the deployment, or the host."""
+    return str(report.get("deployment")) if _render.is_deployment(report) else host
+
+
+def stats(report: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any]:
+    """The set_stats data of the report: {role: {host or deployment: figures}}, aggregated over the run."""
+    data = {str(report["role"]): {published_name(report, host): _render.stats(dict(report))}}
+    return {"data": data, "per_host": False, "aggregate": True}
+
+
+class ActionModule(ActionBase):
+    """Shows, publishes and writes a runbook report; see the module docs."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        result: dict[str, t.Any] = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        report = plain(args["report"])
+        if report.get("role") not in _render.FORMS:
+            result.update(
+                failed=True, msg=f"publish_report: the report must be one of inferops.runbooks.runbook_report (with a role of {', '.join(_render.FORMS)})"
+            )
+            return result
+        host = str((task_vars or {}).get("inventory_hostname", ""))
+        shown = args["publish"] and report.get("verdict") != "skipped"
+        summary = _render.summary_lines(report, args["report_dir"]) if shown else []
+        if args["publish"]:
+            result["ansible_stats"] = stats(report, host)
+        if shown and args["report_dir"]:
+            written = self._write(report, args["report_dir"], task_vars or {})
+            if written.get("failed"):
+                result.update(failed=True, msg=written.get("msg"))
+                return result
+            result["changed"] = bool(written.get("changed"))
+        if shown:
+            # one message, so that the summaries of a batch's hosts never interleave; the result keeps
+            # it for -v and the callbacks that read results
+            display.display("\n".join(summary))
+            result["msg"] = summary
+        return result
+
+    def _write(self, report: dict[str, t.Any], report_dir: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """The files, written in check mode too: they are the controller's, not the target's."""
+        task = self._task.copy()
+        task.args = {"report": report, "report_dir": report_dir}
+        task.check_mode = False
+        writer = self._shared_loader_obj.action_loader.get(
+            "inferops.runbooks.write_report",
+            task=task,
+            connection=self._connection,
+            play_context=self._play_context,
+            loader=self._loader,
+            templar=self._templar,
+            shared_loader_obj=self._shared_loader_obj,
+        )
+        written: dict[str, t.Any] = writer.run(task_vars=task_vars)
+        return written
