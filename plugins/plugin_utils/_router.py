@@ -155,7 +155,8 @@ class Router:
                 return self.clock() - started
         waited = self.clock() - started
         state = "still listed" if not listed else "did not list"
-        tried = f"{retries} retries a second apart; last answer: {last.said()}"
+        looks = attempts(retries)
+        tried = f"{looks} look{'s' if looks > 1 else ''} a second apart; last answer: {last.said()}"
         raise self._error(f"The router {self.url} {state} {worker_url} after {waited:.0f} s ({tried})", last.status)
 
     # -- whole operations -----------------------------------------------------------------------
@@ -173,7 +174,8 @@ class Router:
         Returns ``{"registration": ..., "removed": bool}``. A worker an earlier run took out is not
         listed: its registration is ``known_registration`` (the run record's), nothing is removed,
         and that is no error. ``keep`` is called with the registration before the removal (to keep it
-        in the run record, so that a run that dies after the removal can still add it back)."""
+        in the run record, so that a run that dies after the removal can still add it back); when it
+        raises, nothing is removed and its error is passed on."""
         try:
             listed = self.find(worker_url)
         except RouterError as error:
