@@ -55,7 +55,7 @@ class Scripted:
     """A router on 127.0.0.1 that answers each (method, path) as told (404 otherwise) and keeps
     what it was sent, as (method, path, body)."""
 
-    def __init__(self, answers: dict[tuple[str, str], Reply | Answering]) -> None:
+    def __init__(self, answers: t.Mapping[tuple[str, str], Reply | Answering]) -> None:
         self.answers = answers
         self.received: list[tuple[str, str, t.Any]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
