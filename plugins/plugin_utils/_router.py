@@ -3,7 +3,7 @@
 """The router's worker API, called from the controller: take a host's worker out of rotation before
 its server stops, and add it back once it serves again.
 
-Private to the collection; may change at any time. Controller side.
+Private to the collection; may change at any time. Controller side (ansible-core's ``open_url``).
 
 The SGLang Model Gateway (formerly sgl-router) lists its workers at ``GET /workers``, removes one with
 ``DELETE /workers/{id}`` and adds one with ``POST /workers``; both changes are accepted (202) and
@@ -14,13 +14,16 @@ key: the router's own words are cleaned of both before they are shown.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import typing as t
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
+
+from ansible.module_utils.urls import ConnectionError as RequestFailed
+from ansible.module_utils.urls import open_url
 
 # what the run record keeps of the router's listing, to add the worker back as it was
 REGISTRATION_KEYS = ("priority", "cost", "worker_type", "bootstrap_port")
@@ -212,17 +215,19 @@ class Router:
     def _call(self, method: str, path: str, body: t.Mapping[str, t.Any] | None = None, secrets: t.Sequence[str] = ()) -> Answer:
         """One call to the router; never raises: what it answered, or why nothing answered."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers=self._headers(body))
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return Answer(response.status, str(response.reason or "OK"), _json(response.read()))
+            # as the uri module called it: proxies from the environment, redirects for reads only
+            with open_url(
+                f"{self.url}{path}", data=data, method=method, headers=self._headers(body), timeout=self.timeout, follow_redirects="safe"
+            ) as response:
+                return Answer(int(response.status), str(response.reason or "OK"), _json(response.read()))
         except urllib.error.HTTPError as error:
             with error:
                 payload = _json(error.read())
             return Answer(error.code, self._clean(_error_text(payload) or str(error.reason), secrets), payload)
         except urllib.error.URLError as error:
             return Answer(None, self._clean(f"no answer: {error.reason}", secrets))
-        except (OSError, ValueError) as error:  # a timeout while reading, a connection reset, a bad URL
+        except (RequestFailed, OSError, http.client.HTTPException, ValueError) as error:  # a TLS or proxy failure, a timeout while reading, a reset
             return Answer(None, self._clean(f"no answer: {error or type(error).__name__}", secrets))
 
     def _headers(self, body: t.Mapping[str, t.Any] | None) -> dict[str, str]:
