@@ -1,6 +1,7 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller side of inferops.runbooks.publish_report: a runbook role's report, in one step.
+"""Controller side of inferops.runbooks.publish_report: a runbook role's report, in one step (a
+multi-node deployment's judged here from its nodes' reports, ``_deployment.deployment_verdict``).
 
 The summary is shown (in one piece, as the wait shows its progress lines), the outcome published as ``set_stats`` data
 (``ansible_stats``, which the strategy takes from any action's result that did not fail: so the
@@ -16,6 +17,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, deployment_verdict
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 display = Display()
@@ -24,7 +26,22 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     "report": {"type": "dict", "required": True},
     "report_dir": {"type": "str", "default": ""},
     "publish": {"type": "bool", "default": True},
+    "node": {"type": "dict", "default": {}},
 }
+
+
+def reporter(node: t.Mapping[str, t.Any], host: str, batch: t.Sequence[str]) -> bool:
+    """Whether this host shows, publishes and writes the report: a single host always; of a multi-node
+    deployment's nodes, the first one in the play's batch (node 0 unless it is gone)."""
+    if not node.get("multi_node"):
+        return True
+    return next((name for name in node.get("hosts") or [host] if name in batch), host) == host
+
+
+def node_reports(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any], fact: str) -> list[dict[str, t.Any]]:
+    """The reports the nodes of a deployment assembled so far (their ``<role>_report`` facts)."""
+    found = [plain((hostvars.get(host) or {}).get(fact)) for host in node.get("hosts") or []]
+    return [report for report in found if isinstance(report, dict) and report]
 
 
 def published_name(report: t.Mapping[str, t.Any], host: str) -> str:
@@ -49,19 +66,28 @@ class ActionModule(ActionBase):
         result: dict[str, t.Any] = super().run(tmp, task_vars)
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        report = plain(args["report"])
+        task_vars = task_vars or {}
+        report, node = plain(args["report"]), plain(args["node"])
         if report.get("role") not in _render.FORMS:
             result.update(
                 failed=True, msg=f"publish_report: the report must be one of inferops.runbooks.runbook_report (with a role of {', '.join(_render.FORMS)})"
             )
             return result
-        host = str((task_vars or {}).get("inventory_hostname", ""))
-        shown = args["publish"] and report.get("verdict") != "skipped"
+        host = str(task_vars.get("inventory_hostname", ""))
+        if node.get("multi_node"):
+            hostvars = t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})
+            try:
+                report = deployment_verdict(str(node.get("deployment")), node_reports(node, hostvars, f"{report['role']}_report"))
+            except TopologyError as exc:
+                result.update(failed=True, msg=f"publish_report: {exc}")
+                return result
+        publish = args["publish"] and reporter(node, host, [str(name) for name in task_vars.get("ansible_play_batch") or [host]])
+        shown = publish and report.get("verdict") != "skipped"
         summary = _render.summary_lines(report, args["report_dir"]) if shown else []
-        if args["publish"]:
+        if publish:
             result["ansible_stats"] = stats(report, host)
         if shown and args["report_dir"]:
-            written = self._write(report, args["report_dir"], task_vars or {})
+            written = self._write(report, args["report_dir"], task_vars)
             if written.get("failed"):
                 result.update(failed=True, msg=written.get("msg"))
                 return result
@@ -71,6 +97,10 @@ class ActionModule(ActionBase):
             # it for -v and the callbacks that read results
             display.display("\n".join(summary))
             result["msg"] = summary
+        # what the step after this one fails the host with
+        result["verdict"] = report.get("verdict")
+        if report.get("verdict") == "fail":
+            result["failure"] = f"{(_render.summary_lines(report, args['report_dir']) or [''])[0]} - {report.get('msg')}"
         return result
 
     def _write(self, report: dict[str, t.Any], report_dir: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:

@@ -8,8 +8,9 @@ taught), generate one token, add the start to the start history, measure it agai
 baseline, and note in the run record that the configuration passed. Each step runs one of the
 collection's modules on the host and writes the run record before it is taken, so that a controller
 killed at any point leaves the next run what it needs; a failed step is kept for the report.
-The nodes of a deployment run it in three parts (stop, start, verify) with a gate before each part
-after the first: every node is stopped before any is started.
+The nodes of a deployment run it at the same time, in the same task, and go through its parts (stop,
+start, verify) together through the deployment's channel on the controller (``_channel.Rendezvous``):
+every node is stopped before any is started, and started before the waits.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible import constants as C
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     Seen,
@@ -35,10 +39,11 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
 
 display = Display()
 
-PARTS = ("all", "stop", "start", "verify")
-ARGUMENT_SPEC: dict[str, t.Any] = {"part": {"type": "str", "default": "all", "choices": list(PARTS)}}
-# the role registers the phase's result under this name: its parts, and the rest of the role, read
-# what it saw from there (``seen``)
+# the parts of the phase: the nodes of a deployment go through each together (Rendezvous)
+PARTS = ("stop", "start", "verify")
+ARGUMENT_SPEC: dict[str, t.Any] = {}
+# the role registers the phase's result under this name: the rest of the role reads what it saw
+# from there (``seen``)
 REGISTERED = "sglang_restart__restart"
 
 
@@ -64,6 +69,8 @@ def role_state(steps: Steps) -> dict[str, t.Any]:
 
 # the drain reads the load in slices this long, each followed by a progress line
 DRAIN_SLICE = 20.0
+# beyond the drain and the release of the port: the stop itself, and the start of systemd's unit
+RENDEZVOUS_MARGIN = 300.0
 
 
 def drain_interval(options: t.Mapping[str, t.Any]) -> float:
@@ -88,10 +95,6 @@ def drain_seen(slices: list[dict[str, t.Any]], seconds: float) -> dict[str, t.An
     }
 
 
-def parts_of(part: str) -> tuple[str, ...]:
-    return ("stop", "start", "verify") if part == "all" else (part,)
-
-
 def stops_first(options: t.Mapping[str, t.Any], node: t.Mapping[str, t.Any]) -> bool:
     """The unit is stopped, then started (not restarted in place): on request, and always for the
     nodes of a deployment (each waits at the rendezvous for the others)."""
@@ -109,16 +112,14 @@ def previous_invocation(args: t.Mapping[str, t.Any]) -> str | None:
     return str((args["before"] or {}).get("InvocationID") or "") or None
 
 
-def lagging(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any], gate: str) -> list[str]:
-    """The other nodes of the deployment that did not get through the step ``gate``."""
-    return [peer for peer in node.get("peers") or {} if not seen_by(hostvars.get(peer) or {}).get(f"reached_{gate}")]
+# the fact the prepare phase sets on a node that got through its preflight
+PREFLIGHT_FACT = "sglang_restart_reached_preflight"
 
 
-def seen_by(variables: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """What the restart phase's parts so far saw on a host, from its registered result."""
-    registered = variables.get(REGISTERED)
-    seen = registered.get("seen") if isinstance(registered, t.Mapping) else None
-    return dict(seen) if isinstance(seen, t.Mapping) else {}
+def lagging(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> list[str]:
+    """The other nodes of the deployment that did not get through their preflight."""
+    # (ansible-core before 2.19 may hand a templated boolean over as its text)
+    return [peer for peer in node.get("peers") or {} if not boolean((hostvars.get(peer) or {}).get(PREFLIGHT_FACT), strict=False)]
 
 
 def channel_name(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> str | None:
@@ -128,6 +129,22 @@ def channel_name(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -
         return None
     first = (node.get("hosts") or [""])[0]
     return f"{(hostvars.get(first) or {}).get('sglang_restart_run_id', 'run')}-{node.get('deployment')}"
+
+
+def rendezvous_timeout(options: t.Mapping[str, t.Any]) -> float:
+    """How long a node waits for the others to get through a part: their drain, their stop and the
+    release of their port take at most this long (a node that fails says so at once)."""
+    return float(options["drain_timeout"]) + float(options["release_timeout"]) + RENDEZVOUS_MARGIN
+
+
+def behind_peers(node: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], behind: list[str], gate: str) -> None:
+    """Nothing more is done on this node when a peer did not get through the step ``gate``."""
+    if behind:
+        msg = (
+            f"Deployment {node.get('deployment')}: {', '.join(behind)} did not get through the {gate} step, so nothing more is done on"
+            f" {task_vars.get('inventory_hostname')} (node {node.get('rank')}): the nodes of a deployment are restarted together or not at all."
+        )
+        raise StepFailed("deployment", "Deployment | Stop here, a peer did not get through the step", {"failed": True, "msg": msg})
 
 
 class ActionModule(ActionBase):
@@ -140,7 +157,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result: Result = super().run(tmp, task_vars)
         del tmp
-        _validation, given = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if self._task.check_mode:
             result.update(changed=False, skipped=True, msg="check mode: nothing stopped or started")
             return result
@@ -149,16 +166,23 @@ class ActionModule(ActionBase):
         if not args["options"]:
             result.update(failed=True, msg=OUTSIDE_THE_ROLE)
             return result
-        # a deployment's later part goes on from what its earlier parts saw
-        facts = {} if given["part"] in ("all", "stop") else seen_by({REGISTERED: steps.variable(REGISTERED, {})})
-        if given["part"] in ("all", "stop"):
-            facts["stopped"] = args["restart"]
+        facts: dict[str, t.Any] = {"stopped": args["restart"]}
         try:
-            for part in parts_of(given["part"]) if not facts.get("failure") else ():
-                getattr(self, f"_{part}")(steps, args, facts, task_vars)
+            together = self._rendezvous(args["node"], task_vars)
+        except ChannelError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        try:
+            for part in PARTS:
+                getattr(self, f"_{part}")(steps, args, facts, task_vars, together)
+                if together is not None:
+                    together.mark(part)
         except StepFailed as failed:
             facts["failure"] = failed.failure
         finally:
+            if together is not None and len(together.reached) < len(PARTS):
+                # the other nodes stop waiting for this one
+                together.fail(str((facts.get("failure") or {}).get("step") or "the restart phase broke down"))
             self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(
             changed=bool(args["restart"]),
@@ -170,10 +194,12 @@ class ActionModule(ActionBase):
 
     # -- the parts ---------------------------------------------------------------------------
 
-    def _stop(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
-        """The run record notes the invocation before the stop; the start history is read; the unit is
-        stopped and its old process and port released (a restart in place does all that in one)."""
+    def _stop(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None) -> None:
+        """Once every node of a deployment got through its preflight: the run record notes the invocation
+        before the stop; the start history is read; the unit is stopped and its old process and port
+        released (a restart in place does all that in one)."""
         options, node = args["options"], args["node"]
+        self._preflight(args, task_vars)
         if not args["restart"] or args["inflight_invocation"]:
             return
         if options["load_url"]:
@@ -189,28 +215,24 @@ class ActionModule(ActionBase):
         self._read_history(steps, args, facts, task_vars)
         if stops_first(options, node):
             self._stop_and_release(steps, args)
-        if node.get("multi_node"):
-            facts["reached_stopped"] = True
 
-    def _start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+    def _start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None) -> None:
         options, node = args["options"], args["node"]
         if not args["restart"] or args["inflight_invocation"]:
             return
-        self._gate(args, task_vars, "stopped")
+        self._together(args, task_vars, together, "stop", "stopped")
         state = "started" if stops_first(options, node) else "restarted"
         step = "Restart | Start the unit" if state == "started" else "Restart | Restart the unit in place"
         steps.module("restart", step, "ansible.builtin.systemd_service", {"name": options["unit"], "state": state})
-        if node.get("multi_node"):
-            facts["reached_started"] = True
 
-    def _verify(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+    def _verify(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None) -> None:
         """The wait, one token, the start history, the canary, the record that the configuration passed."""
         options, node, host = args["options"], args["node"], str(task_vars.get("inventory_hostname", ""))
         restart = bool(args["restart"])
         if not (restart or args["verify_in_place"]):
             return
         if restart and not args["inflight_invocation"]:
-            self._gate(args, task_vars, "started")
+            self._together(args, task_vars, together, "start", "started")
         api_key = steps.variable("sglang_restart_api_key", "")
         hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
         start = Start(steps, options, api_key, hidden, host, "")
@@ -346,19 +368,24 @@ class ActionModule(ActionBase):
             },
         )
 
-    def _gate(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], gate: str) -> None:
-        """A node of a deployment goes on only when every other node got through the step before."""
+    def _preflight(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+        """A node of a deployment goes on only when every other node got through its preflight (the
+        prepare phase, a task before this one)."""
         node = args["node"]
-        if not node.get("multi_node"):
-            return
-        behind = lagging(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {}), gate)
-        if behind:
-            host = task_vars.get("inventory_hostname")
-            msg = (
-                f"Deployment {node.get('deployment')}: {', '.join(behind)} did not get through the {gate} step, so nothing more is done on"
-                f" {host} (node {node.get('rank')}): the nodes of a deployment are restarted together or not at all."
-            )
-            raise StepFailed("deployment", "Deployment | Stop here, a peer did not get through the step", {"failed": True, "msg": msg})
+        if node.get("multi_node"):
+            behind_peers(node, task_vars, lagging(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})), "preflight")
+
+    def _together(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None, part: str, gate: str) -> None:
+        """A node of a deployment goes on only when every other node got through ``part`` of this phase,
+        which they run at the same time, each in its own worker process."""
+        if together is not None:
+            behind_peers(args["node"], task_vars, together.lagging(part, rendezvous_timeout(args["options"])), gate)
+
+    def _rendezvous(self, node: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> Rendezvous | None:
+        name = channel_name(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {}))
+        if name is None:
+            return None
+        return Rendezvous(channel_directory(C.DEFAULT_LOCAL_TMP, name), str(task_vars.get("inventory_hostname", "")), node.get("peers") or {})
 
     def _add_history(self, steps: Steps, options: t.Mapping[str, t.Any], seen: Seen, failure: t.Any, hidden: list[str], facts: dict[str, t.Any]) -> None:
         """The start just waited on goes into the host's start history, with the configuration in place

@@ -29,8 +29,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import RuleError, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import NAME
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel, channel_directory
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
 display = Display()
@@ -38,20 +37,6 @@ display = Display()
 PROBE_MODULE = "inferops.runbooks.service_probe"
 ARGUMENT_SPEC = wait_argument_spec()
 TAIL_LINES = 20
-
-
-def channel_directory(name: str) -> str:
-    """The directory of a deployment's channel: in Ansible's temporary directory of this run on the
-    controller, which every worker process shares and Ansible removes when the run ends."""
-    # a channel is named as a deployment is: it becomes a directory name
-    if not NAME.match(name or ""):
-        raise ChannelError(f"channel {name!r} must be a name of letters, digits, '.', '_' and '-'")
-    directory = os.path.join(C.DEFAULT_LOCAL_TMP, "inferops-deployments", name)
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise ChannelError(f"cannot make the channel directory {directory} on the controller: {exc}") from None
-    return directory
 
 
 class Transport:
@@ -250,7 +235,7 @@ class ActionModule(ActionBase):
         channel = None
         if wait.in_deployment:
             try:
-                channel = FileChannel(channel_directory(args["channel"]), host, wait.settings.peers)
+                channel = FileChannel(channel_directory(C.DEFAULT_LOCAL_TMP, args["channel"]), host, wait.settings.peers)
             except ChannelError as exc:
                 result.update(failed=True, reason="invalid_options", msg=str(exc))
                 return result

@@ -18,6 +18,9 @@ description:
     M(inferops.runbooks.write_report) does, in check mode too (the files are the controller's).
   - Does not fail the host on a failed verdict - Ansible publishes C(set_stats) data only from a task that did not
     fail; the roles fail the host in the task after this one.
+  - For a node of a multi-node deployment (O(node)), judges the deployment from its nodes' reports (their
+    C(<role>_report) facts, as P(inferops.runbooks.deployment_verdict#filter) does); one node shows, publishes and
+    writes the deployment's report (node 0, unless it is not in the play's batch), and every node returns its verdict.
   - A report whose verdict is V(skipped) (a check-mode run that refused nothing) is published, neither shown nor written.
 author:
   - inferops.runbooks contributors (@inferops)
@@ -50,11 +53,15 @@ options:
     type: str
     default: ""
   publish:
-    description:
-      - Show, publish and write the report. Set to V(false) on the nodes of a multi-node deployment but one, so that
-        the deployment's report is shown, published and written once.
+    description: Show, publish and write the report; V(false) returns its verdict only.
     type: bool
     default: true
+  node:
+    description:
+      - This host's place in its deployment, from M(inferops.runbooks.check_options) - C(multi_node), C(deployment),
+        C(hosts). A single host's (or none) reports itself.
+    type: dict
+    default: {}
 seealso:
   - module: inferops.runbooks.write_report
   - module: inferops.runbooks.fleet_report
@@ -66,14 +73,26 @@ EXAMPLES = r"""
     report: "{{ sglang_restart_report }}"
     report_dir: /var/tmp/sglang-reports
 
+  register: published
+
 - name: Fail the host when the verdict is fail
   ansible.builtin.assert:
-    that: sglang_restart_report.verdict != 'fail'
-    fail_msg: "{{ sglang_restart_report.msg }}"
+    that: published.verdict != 'fail'
+    fail_msg: "{{ published.failure | default('') }}"
     quiet: true
 """
 
 RETURN = r"""
+verdict:
+  description: The verdict of the report - the host's, or its deployment's.
+  returned: always
+  type: str
+  sample: fail
+failure:
+  description: What the host fails with when the verdict is V(fail) - the summary's headline and the report's message.
+  returned: when the verdict is V(fail)
+  type: str
+  sample: "gpu-node-01 sglang.service: FAIL (fatal_log) after 73.1 s - fatal line in sglang.service's journal: ..."
 msg:
   description: The summary, a list of lines.
   returned: when the report is shown

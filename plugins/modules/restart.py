@@ -23,6 +23,10 @@ description:
   - The run record names each step before it is taken, so that a controller killed at any point leaves the next run
     what it needs to repair. A host whose configuration is already in place is verified in place with the same gates,
     and a start an earlier run began is waited on, not restarted.
+  - The nodes of a multi-node deployment run it at the same time, in the same task, each in its own worker process, and
+    go through its parts together through a directory on the controller - each node goes on only once every other node
+    got through its preflight (the prepare phase), all stop before any starts, and all start before the waits. A node
+    that fails tells the others at once; they stop there, reason C(peer_failed).
   - A step that fails is kept for the report (the key C(failure) of RV(seen)) instead of failing the task; the role rolls a failed
     change back, puts the host back into rotation when it serves, and fails the host after its
     report.
@@ -45,15 +49,7 @@ attributes:
     support: full
     platforms: posix
     description: A host with systemd and journald.
-options:
-  part:
-    description:
-      - Which part of the phase to run. V(all) for a single host; the nodes of a multi-node deployment run V(stop),
-        V(start) and V(verify) as three tasks, each part going on only when every other node got through the one
-        before it.
-    type: str
-    default: all
-    choices: [all, stop, start, verify]
+options: {}
 notes:
   - It sets no facts. The role registers its result, and reads what it saw from RV(seen); the role's report is the
     interface to read.
@@ -67,10 +63,6 @@ EXAMPLES = r"""
 # Inside the role inferops.runbooks.sglang_restart, after its variables were checked and the change deployed:
 - name: Restart, follow the cold start, generate one token, measure it
   inferops.runbooks.restart:
-
-- name: Stop this node of a deployment (then part start, then part verify)
-  inferops.runbooks.restart:
-    part: stop
 """
 
 RETURN = r"""
@@ -79,8 +71,6 @@ seen:
     - What the phase saw, each key present once its step ran - C(stopped), C(drain), C(record), C(start_history_before),
       C(wait), C(smoke), C(smoke_journal), C(start_history), C(perf_canary), C(outcome) (C(start_failed),
       C(new_start_failed), C(canary_failed), C(smoke_failed)), C(failure) (the failed step's stage, name and result).
-    - A node of a deployment also has C(reached_stopped) and C(reached_started); a later part carries the earlier
-      parts' keys.
   returned: success
   type: dict
   sample: {"stopped": true, "wait": {"verdict": "pass", "reason": "ready"}, "outcome": {"start_failed": false}}
@@ -89,5 +79,5 @@ steps:
   returned: always
   type: list
   elements: dict
-  sample: [{"step": "Restart | Restart the unit in place", "outcome": "ok", "seconds": 0.62}]
+  sample: [{"step": "Restart | Restart the unit in place", "outcome": "ok", "seconds": 0.62, "ended": 1796313384.2}]
 """

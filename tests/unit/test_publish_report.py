@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,9 @@ def test_one_node_publishes_the_deployments_report_and_every_node_fails_with_it(
 
     expected = deployment_verdict("dsr1", list(reports.values()))
     written = tmp_path / "reports"
-    assert sorted(path.name for path in written.iterdir()) == ["dsr1.html", "dsr1.json", "dsr1.junit.xml"]  # no file per node
+    # no file per node: the deployment's, its page, and the run's page
+    names = sorted(path.name for path in written.iterdir())
+    assert names[:3] == ["dsr1.html", "dsr1.json", "dsr1.junit.xml"] and re.fullmatch(r"restart-\d{8}T\d{6}Z\.html", names[3]) and len(names) == 4, names
     assert json.loads((written / "dsr1.json").read_text()) == expected
     assert (written / "dsr1.junit.xml").read_text() == junit_xml(expected, str(written))
     summary = summary_lines(expected, str(written))

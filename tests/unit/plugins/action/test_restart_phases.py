@@ -131,9 +131,8 @@ def test_a_rollback_passes_only_when_its_wait_passed_and_nothing_failed() -> Non
 # -- the restart phase ---------------------------------------------------------------------------------
 
 
-def test_a_single_host_runs_every_part_a_deployment_one_at_a_time() -> None:
-    assert restart.parts_of("all") == ("stop", "start", "verify")
-    assert [restart.parts_of(part) for part in ("stop", "start", "verify")] == [("stop",), ("start",), ("verify",)]
+def test_the_nodes_of_a_deployment_are_stopped_before_any_starts() -> None:
+    assert restart.PARTS == ("stop", "start", "verify")
     assert not restart.stops_first(options(), {"multi_node": False})
     assert restart.stops_first(options(stop_first=True), {"multi_node": False}) and restart.stops_first(options(), {"multi_node": True})
 
@@ -149,16 +148,16 @@ def test_the_wait_tells_the_new_start_from_the_right_invocation() -> None:
     assert restart.previous_invocation({**state, "before": {"InvocationID": ""}}) is None
 
 
-def test_a_node_goes_on_only_when_every_peer_got_through_the_part_before() -> None:
+def test_a_node_goes_on_only_when_every_peer_got_through_its_preflight() -> None:
     node = {"multi_node": True, "deployment": "dsr1", "rank": 0, "hosts": ["gpu0", "gpu1", "gpu2"], "peers": {"gpu1": 1, "gpu2": 2}}
-    stopped = {restart.REGISTERED: {"changed": True, "seen": {"stopped": True, "reached_stopped": True}}}
-    failed = {restart.REGISTERED: {"changed": True, "seen": {"stopped": True, "failure": {"stage": "restart"}}}}
-    skipped = {restart.REGISTERED: {"skipped": True}}
-    assert restart.lagging(node, {"gpu1": stopped, "gpu2": stopped}, "stopped") == []
-    assert restart.lagging(node, {"gpu1": stopped, "gpu2": failed}, "stopped") == ["gpu2"]
-    assert restart.lagging(node, {"gpu1": skipped, "gpu2": {}}, "stopped") == ["gpu1", "gpu2"]
-    assert restart.lagging(node, {"gpu1": stopped, "gpu2": stopped}, "started") == ["gpu1", "gpu2"]
-    assert restart.seen_by({restart.REGISTERED: "not a result"}) == {}
+    # the prepare phase's fact on each node (a node whose check was refused has none)
+    prepared = {restart.PREFLIGHT_FACT: True}
+    assert restart.lagging(node, {"gpu1": prepared, "gpu2": prepared}) == []
+    assert restart.lagging(node, {"gpu1": prepared, "gpu2": {restart.PREFLIGHT_FACT: False}}) == ["gpu2"]
+    assert restart.lagging(node, {"gpu1": {restart.PREFLIGHT_FACT: "True"}, "gpu2": {}}) == ["gpu2"]
+    # the parts of the phase itself: the nodes wait for each other through the channel (test_rendezvous.py),
+    # at most as long as a drain, a stop and the release of the port take
+    assert restart.rendezvous_timeout(options(drain_timeout=600, release_timeout=60)) == 660 + restart.RENDEZVOUS_MARGIN
 
 
 def test_the_nodes_of_one_restart_share_a_channel_named_by_node_0s_run() -> None:

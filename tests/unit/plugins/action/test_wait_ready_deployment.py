@@ -6,11 +6,10 @@ import os
 import typing as t
 
 import pytest
-from ansible import constants as C
 
-from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, channel_directory
+from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_option_problems
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, channel_directory
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
 
@@ -39,10 +38,9 @@ def test_a_node_missing_what_it_needs_is_refused_before_anything_is_probed(chang
     assert any(words in problem for problem in problems), problems
 
 
-def test_the_channel_is_a_directory_of_the_runs_temporary_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: t.Any) -> None:
-    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path))
-    directory = channel_directory("20261130T120000-42-dsr1")
+def test_the_channel_is_a_directory_of_the_runs_temporary_directory(tmp_path: t.Any) -> None:
+    directory = channel_directory(str(tmp_path), "20261130T120000-42-dsr1")
     assert directory == os.path.join(str(tmp_path), "inferops-deployments", "20261130T120000-42-dsr1") and os.path.isdir(directory)
     for bad in ("../up", "", ".hidden", "a/b"):
         with pytest.raises(ChannelError, match="must be a name of letters"):
-            channel_directory(bad)
+            channel_directory(str(tmp_path), bad)
