@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.inferops.runbooks.plugins.action.publish_report import node_reports as reports_of_nodes
+from ansible_collections.inferops.runbooks.plugins.action.publish_report import reporter
 from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import deployment_verdict
 from tests.unit.plugins.module_utils.observations import CRASHED, restart_report, wait_result
@@ -63,3 +65,12 @@ def test_one_node_publishes_the_deployments_report_and_every_node_fails_with_it(
     # the artifacts: once, under the deployment's name
     custom = json.loads(out.split("RUN:", 1)[1].split("\n\n", 1)[0])
     assert custom == {"sglang_restart": {"dsr1": json.loads(json.dumps(stats(expected)))}}
+
+
+def test_node_0_reports_for_its_deployment_unless_it_is_not_in_the_batch() -> None:
+    node = {"multi_node": True, "deployment": "dsr1", "hosts": ["node1", "node2"]}
+    assert reporter(node, "node1", ["node1", "node2"]) and not reporter(node, "node2", ["node1", "node2"])
+    assert reporter(node, "node2", ["node2"])  # node1 left the run (--limit)
+    assert reporter({"multi_node": False}, "gpu0", []) and reporter({}, "gpu0", ["gpu0"])
+    hostvars = {"node1": {"sglang_restart_report": {"verdict": "pass"}}, "node2": {"sglang_restart_report": ""}}
+    assert reports_of_nodes(node, hostvars, "sglang_restart_report") == [{"verdict": "pass"}]
