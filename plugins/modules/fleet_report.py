@@ -18,23 +18,12 @@ description:
   - Run it once for the play (C(run_once)).
 author:
   - inferops.runbooks contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.runbooks.controller
 attributes:
-  action:
-    support: full
-    description: Runs on the controller only; the managed host is not contacted.
-  async:
-    support: none
-    description: Runs at once on the controller.
   check_mode:
     support: full
     description: The same as a real run; it changes nothing.
-  diff_mode:
-    support: none
-    description: No diff is shown.
-  platform:
-    support: full
-    platforms: posix
-    description: The controller.
 options:
   hosts:
     description: The play's hosts, in the play's order (C(ansible_play_hosts_all)).

@@ -24,23 +24,12 @@ description:
   - A report whose verdict is V(skipped) (a check-mode run that refused nothing) is published, neither shown nor written.
 author:
   - inferops.runbooks contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.runbooks.controller
 attributes:
-  action:
-    support: full
-    description: Runs on the controller only; the managed host is not contacted.
-  async:
-    support: none
-    description: Runs at once on the controller.
   check_mode:
     support: full
     description: The same as a real run - the files are the controller's, not the managed host's.
-  diff_mode:
-    support: none
-    description: No diff is shown.
-  platform:
-    support: full
-    platforms: posix
-    description: The controller.
 options:
   report:
     description:

@@ -31,23 +31,12 @@ description:
     milliseconds, not seconds.
 author:
   - inferops.runbooks contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.runbooks.controller
 attributes:
-  action:
-    support: full
-    description: Runs on the controller only; the managed host is not contacted.
-  async:
-    support: none
-    description: Runs at once on the controller.
   check_mode:
     support: full
     description: Says which files it would write, and writes nothing.
-  diff_mode:
-    support: none
-    description: No diff is shown.
-  platform:
-    support: full
-    platforms: posix
-    description: The controller.
 options:
   report:
     description:
