@@ -142,9 +142,12 @@ def case_id(step: str, dropin: str, how: str) -> str:
     return f"{how}-at-{step}-{'crashing' if dropin == CRASHING else 'good'}"
 
 
-def precheck_names_the_interrupted_run(run_playbook: RunPlaybook, host: str, reports: Path, step: str) -> None:
-    """What a pipeline sees before the next deploy: the host fails its precheck, naming the run and the step."""
+def precheck_names_the_interrupted_run(fleet: Fleet, run_playbook: RunPlaybook, host: str, reports: Path, step: str) -> None:
+    """What a pipeline sees before the next deploy: the host fails its precheck, naming the run and the step
+    where its record stands. A phase the dead controller's worker was running may still take the record one
+    step further (the rest of a wait, then its record) after it looked settled: the step read after the precheck counts too."""
     checked = run_playbook(PRECHECK, extra_vars={"sglang_precheck_report_dir": str(reports)}, limit=host)
+    steps = {step, str(host_record(fleet, host).get("step") or step)}
     assert checked.returncode != 0, checked
     data = json.loads((reports / f"{host}.precheck.json").read_text())
     # a crashed start is named by its cause first (fatal_log); what the rollout left is said beside it.
@@ -152,8 +155,9 @@ def precheck_names_the_interrupted_run(run_playbook: RunPlaybook, host: str, rep
     # killed at that step can leave that start in progress (not_ready).
     left = data["msg"] if data["reason"] == "interrupted_run" else data["run_record"]["left"]
     assert data["reason"] in ("interrupted_run", "fatal_log", "unit_not_active", "health_failed", "not_ready"), data
-    assert f"stopped at step {step}" in left and "run the same rollout again" in left, data
-    assert f"stopped at step {step}" in flat(checked.output), checked
+    named = [name for name in steps if f"stopped at step {name}" in left]
+    assert named and "run the same rollout again" in left, data
+    assert f"stopped at step {named[0]}" in flat(checked.output), checked
 
 
 @pytest.mark.parametrize(("step", "dropin", "how"), POINTS, ids=[case_id(*point) for point in POINTS])
@@ -183,7 +187,7 @@ def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
         # killed before it wrote anything or took the host out, a run leaves nothing to repair
         must_repair = left["new drop-in written"] or not left["in router"]
         if must_repair and left["record"] not in (None, "done"):
-            precheck_names_the_interrupted_run(run_playbook, host, tmp_path / "precheck", str(left["record"]))
+            precheck_names_the_interrupted_run(fleet, run_playbook, host, tmp_path / "precheck", str(left["record"]))
 
         again = run_playbook(PLAYBOOK, extra_vars=extra, limit=host)
         out = flat(again.output)
