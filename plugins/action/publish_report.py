@@ -100,7 +100,8 @@ class ActionModule(ActionBase):
         # what the step after this one fails the host with
         result["verdict"] = report.get("verdict")
         if report.get("verdict") == "fail":
-            result["failure"] = f"{(_render.summary_lines(report, args['report_dir']) or [''])[0]} - {report.get('msg')}"
+            headline = (summary or _render.summary_lines(report, args["report_dir"]) or [""])[0]
+            result["failure"] = f"{headline} - {report.get('msg')}"
         return result
 
     def _write(self, report: dict[str, t.Any], report_dir: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:

@@ -42,9 +42,6 @@ display = Display()
 # the parts of the phase: the nodes of a deployment go through each together (Rendezvous)
 PARTS = ("stop", "start", "verify")
 ARGUMENT_SPEC: dict[str, t.Any] = {}
-# the role registers the phase's result under this name: the rest of the role reads what it saw
-# from there (``seen``)
-REGISTERED = "sglang_restart__restart"
 
 
 OUTSIDE_THE_ROLE = "inferops.runbooks.restart runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
