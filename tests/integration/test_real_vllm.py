@@ -160,19 +160,20 @@ def start_request(fleet: Fleet, host: str, max_tokens: int, seconds: float = IN_
 
 
 # The performance canary on the real server, sized for the tiny model on a shared 2-core machine: 8
-# streams of 512 tokens, 4 at a time (a few seconds). There, batching 4 sequences buys the tiny
-# model no throughput (its step is overhead, not arithmetic): --max-num-seqs 1 below makes each
-# stream wait for the 3 before it, which its TTFT shows (about 3 streams' time), not its decode
-# speed. The throughput of a busy machine moves by up to 46 % between two canaries minutes apart
-# (932 to 503 tok/s measured), its ITL more: the throughput threshold is wide and the ITL not
-# judged. The TTFT p90 of a healthy server, with the two other lanes of `make test` on the same 2
-# cores, has moved from 104 ms up to 1.41 s (streams preempted), and a rollback start's from 670 ms
-# to 1.60 s: a change under 2.5 s is not the server's; a queue's is about twice that (4.83 s to 6.19
-# s measured).
+# streams of 512 tokens, all 8 at once (a few seconds). There, batching sequences buys the tiny model
+# no throughput (its step is overhead, not arithmetic): --max-num-seqs 1 below makes each stream wait
+# for the ones before it, which the TTFT p90 shows (about 6 streams' time), not its decode speed. The
+# throughput of a busy machine moves by up to 46 % between two canaries minutes apart (932 to 503
+# tok/s measured), its ITL more: the throughput threshold is wide and the ITL not judged. The TTFT p90
+# of a healthy server, with the two other lanes of `make test` on the same 2 cores, has moved from 104
+# ms up to 1.41 s (streams preempted), and a rollback start's from 670 ms to 1.60 s: a change under
+# 2.5 s is not the server's. A queue of 4 streams at once gave 2.94 s to 6.19 s (the low figure on a
+# fast moment: 3 streams of 512 tokens at 563 tok/s), too close to that noise; a queue of 8 waits for
+# about twice as many streams.
 CANARY = {
     "sglang_restart_canary": True,
     "sglang_restart_canary_requests": 8,
-    "sglang_restart_canary_concurrency": 4,
+    "sglang_restart_canary_concurrency": 8,
     "sglang_restart_canary_prompt_tokens": 64,
     "sglang_restart_canary_max_tokens": 512,
     "sglang_restart_canary_thresholds": {"throughput": "-80%", "ttft_p90": "+100%", "itl_p90": None},
@@ -199,7 +200,7 @@ def test_a_real_start_passes_restart_and_precheck_and_a_slower_deploy_is_rolled_
     real generated token (the model's name read from /v1/models), vLLM's real warnings allowlisted, and
     the first canary, which becomes the baseline; then the precheck, whose canary of the server in
     service passes against it; then a deploy that really slows the server (--max-num-seqs 1, below the
-    canary's 4 streams at once) passes every health gate, is measured slower, fails as a
+    canary's 8 streams at once) passes every health gate, is measured slower, fails as a
     performance_regression and is rolled back, and the rollback start's canary passes again."""
     fleet.ssh(vllm_host, f"rm -f {CANARY_STORE} {CANARY_STORE}.unusable")
     run, data = restart(run_playbook, vllm_host, tmp_path / "good", **CANARY)
