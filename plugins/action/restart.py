@@ -11,6 +11,9 @@ killed at any point leaves the next run what it needs; a failed step is kept for
 The nodes of a deployment run it at the same time, in the same task, and go through its parts (stop,
 start, verify) together through the deployment's channel on the controller (``_channel.Rendezvous``):
 every node is stopped before any is started, and started before the waits.
+A change whose start failed (or whose canary failed against the baseline) is rolled back in the same
+phase (``plugin_utils/_rollback``), as is a change deployed before a step that failed ahead of this
+phase (kept as ``sglang_restart_failure``): then nothing else is stopped or started.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ansible.utils.display import Display
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollback import RecordFailed, Rollback, rollback_args
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     Seen,
     Start,
@@ -155,39 +159,62 @@ class ActionModule(ActionBase):
         result: Result = super().run(tmp, task_vars)
         del tmp
         self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        if self._task.check_mode:
-            result.update(changed=False, skipped=True, msg="check mode: nothing stopped or started")
-            return result
         steps = Steps(self, task_vars)
+        kept_failure = steps.variable("sglang_restart_failure")
+        earlier_failure = kept_failure if isinstance(kept_failure, dict) else None
+        if self._task.check_mode or (earlier_failure is not None and not (steps.variable("sglang_restart__checked", {}) or {}).get("options")):
+            result.update(changed=False, msg="check mode: nothing stopped or started" if self._task.check_mode else "nothing to restart or roll back")
+            return result
         args = role_state(steps)
         if not args["options"]:
             result.update(failed=True, msg=OUTSIDE_THE_ROLE)
             return result
-        facts: dict[str, t.Any] = {"stopped": args["restart"]}
+        facts: dict[str, t.Any] = {"stopped": args["restart"] and earlier_failure is None}
         try:
             together = self._rendezvous(args["node"], task_vars)
         except ChannelError as exc:
             result.update(failed=True, msg=str(exc))
             return result
         try:
-            for part in PARTS:
-                getattr(self, f"_{part}")(steps, args, facts, task_vars, together)
-                if together is not None:
-                    together.mark(part)
-        except StepFailed as failed:
-            facts["failure"] = failed.failure
+            try:
+                for part in PARTS if earlier_failure is None else ():
+                    getattr(self, f"_{part}")(steps, args, facts, task_vars, together)
+                    if together is not None:
+                        together.mark(part)
+            except StepFailed as failed:
+                facts["failure"] = failed.failure
+            finally:
+                if together is not None and len(together.reached) < len(PARTS):
+                    # the other nodes stop waiting for this one
+                    together.fail(str((facts.get("failure") or earlier_failure or {}).get("step") or "the restart phase broke down"))
+            self._roll_back_when_failed(steps, args, facts, task_vars)
+        except RecordFailed as failed:
+            # the run record cannot be settled after the rollback: the host fails here, as a failed task would
+            result.update(failed=True, msg=str(failed))
         finally:
-            if together is not None and len(together.reached) < len(PARTS):
-                # the other nodes stop waiting for this one
-                together.fail(str((facts.get("failure") or {}).get("step") or "the restart phase broke down"))
             self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(
-            changed=bool(args["restart"]),
+            changed=bool(facts["stopped"] or facts.get("rollback")),
             steps=steps.done,
             **({"warnings": steps.warnings} if steps.warnings else {}),
             seen=facts,
         )
         return result
+
+    def _roll_back_when_failed(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+        """A change whose start failed (or whose canary failed) is rolled back here, in the same phase:
+        its previous files back, and the previous configuration started and followed with the same gates.
+        ``facts["rollout"]`` is the rollout's observation after the restart (and the rollback)."""
+        observed = _rollout.after_restart(steps.variable("sglang_restart__observed_rollout", {}) or {}, facts)
+        facts["rollout"] = observed
+        if not _rollout.decide(observed)["rollback_wanted"]:
+            return
+        api_key = steps.variable("sglang_restart_api_key", "")
+        hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
+        files = steps.variable("sglang_restart__changed_files", []) or []
+        rollback = rollback_args(args["options"], files, bool(facts["stopped"]), args["run_id"])
+        facts["rollback"] = Rollback().run(steps, rollback, api_key, hidden, str(task_vars.get("inventory_hostname", "")))
+        facts["rollout"] = _rollout.after_rollback(observed, facts["rollback"])
 
     # -- the parts ---------------------------------------------------------------------------
 

@@ -317,3 +317,23 @@ def rollback_settled_step(passed: bool, stopped: bool) -> str:
     """Where the run record stands after a rollback: the previous configuration serves again (or the
     unit was never stopped), or the rollback failed."""
     return "rolled_back" if passed or not stopped else "rollback_failed"
+
+
+def after_restart(observed: t.Mapping[str, t.Any], seen: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The rollout's observation (``decide``'s input) once the restart phase ran, from what the phase saw
+    (``seen``): its failed step, whether it stopped the unit, what its start and its canary came to."""
+    outcome = seen.get("outcome") or {}
+    failed = bool(observed.get("failed")) or isinstance(seen.get("failure"), t.Mapping)
+    return {
+        **observed,
+        "failed": failed,
+        "stopped": bool(seen.get("stopped")),
+        "new_start_failed": failed or bool(outcome.get("new_start_failed")),
+        "canary_failed": bool(outcome.get("canary_failed")),
+        "verified": (seen.get("wait") or {}).get("verdict") == "pass",
+    }
+
+
+def after_rollback(observed: t.Mapping[str, t.Any], rolled_back: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The observation once the rollback ran: whether it started the previous configuration, and whether that passed."""
+    return {**observed, "rollback_restarted": rolled_back.get("started_at") is not None, "rollback_passed": bool(rolled_back.get("passed"))}

@@ -24,9 +24,8 @@ Render = t.Callable[[str], str]
 RESET: dict[str, t.Any] = {
     "sglang_restart__stage": "validate",
     "sglang_restart_failure": None,
-    # what the restart and rollback phases saw (their registered results)
+    # what the restart phase saw (its registered result)
     "sglang_restart__restart": {},
-    "sglang_restart__rollback": {},
     "sglang_restart_before": {},
     "sglang_restart_deploy_files": [],
     "sglang_restart_deploy_applied": False,
@@ -34,7 +33,6 @@ RESET: dict[str, t.Any] = {
     "sglang_restart_router_worker": None,
     "sglang_restart_traffic_removed": False,
     "sglang_restart_drain_hooks_ran": False,
-    "sglang_restart_traffic_restored": None,
     "sglang_restart_traffic_failure": None,
     "sglang_restart_record": {},
     "sglang_restart_plan": {},

@@ -1,4 +1,4 @@
-"""The restart and rollback phases' decisions (action/restart.py, action/rollback.py, plugin_utils/_start.py,
+"""The restart and rollback phases' decisions (action/restart.py, plugin_utils/_rollback.py, plugin_utils/_start.py,
 module_utils/_rollout.py: what became of a start), on every path; the phases themselves run in the
 integration tests on real systemd hosts."""
 
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action import restart, rollback
+from ansible_collections.inferops.runbooks.plugins.action import restart, settle
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollback as rollback
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _start
 
 # answers as the real uri module gave them from the simulator (one token), without the request
@@ -235,3 +236,34 @@ def test_one_token_and_the_canary_come_after_a_passed_wait_on_node_0() -> None:
     assert _start.canary_wanted(options(), _start.Seen(wait={"verdict": "pass"}, smoke=GENERATED), 0)
     assert not _start.canary_wanted(options(), _start.Seen(wait={"verdict": "pass"}, smoke=REFUSED), 0)
     assert not _start.canary_wanted(options(canary=False), ready, 0) and not _start.canary_wanted(options(), ready, 1)
+
+
+def test_the_rollback_is_given_the_files_the_change_wrote_and_nothing_else() -> None:
+    files = [{"path": "/etc/x.conf", "kind": "dropin", "existed": True, "changed": True, "content": "secret"}, "not a file"]
+    args = rollback.rollback_args(options(), files, stopped=True, run_id="r1")
+    assert args["files"] == [{"path": "/etc/x.conf", "kind": "dropin", "existed": True}]
+    assert (args["stopped"], args["run_id"]) == (True, "r1")
+
+
+# -- the settle phase ----------------------------------------------------------------------------------
+
+
+def test_the_record_settles_done_only_when_nothing_is_left_to_undo() -> None:
+    plan = {"repairs": ["the host was left out of rotation"]}
+    done = settle.record_updates({"settled_step": "done", "state": "new_configuration"}, plan)
+    assert done == {"outcome": "new_configuration", "repairs": plan["repairs"], "traffic": {"out": False}, "change_flags": {"settled": True}}
+    out = settle.record_updates({"settled_step": "restore", "state": "restarted"}, {})
+    assert out == {"outcome": "restarted", "repairs": [], "traffic": {}, "change_flags": {}}
+
+
+def test_the_report_sees_how_the_host_went_back_into_rotation() -> None:
+    observed = {"host": "sim1", "deploy": {"state": "restarted", "traffic": {"router_url": "http://127.0.0.1:9", "removed": True}}}
+    hooks = ["hooks/restore.yml"]
+    back = settle.with_traffic(observed, True, None, hooks)["deploy"]["traffic"]
+    assert (back["restored"], back["restore_hooks"], back["error"], back["removed"]) == (True, hooks, None, True)
+    refused = settle.with_traffic(observed, False, {"step": settle.PUT_BACK, "msg": "The router answered 500"}, hooks)["deploy"]["traffic"]
+    assert (refused["restored"], refused["restore_hooks"], refused["error"]) == (False, hooks, "The router answered 500")
+    # not wanted (the host does not serve): no hook ran
+    assert settle.with_traffic(observed, None, None, hooks)["deploy"]["traffic"]["restore_hooks"] == []
+    # a refused run has no deploy section to add to
+    assert settle.with_traffic({"host": "sim1", "deploy": {}}, True, None, hooks) == {"host": "sim1", "deploy": {}}

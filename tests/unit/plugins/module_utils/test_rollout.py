@@ -207,6 +207,24 @@ def test_a_plain_restart_whose_canary_failed_has_nothing_to_roll_back_and_still_
     assert decision["serving"] and decision["restore_wanted"] and decision["state"] == "restarted"
 
 
+def test_the_restart_phase_adds_what_it_saw_and_the_rollback_what_it_came_to() -> None:
+    before = {"change_requested": True, "change_pending": True, "deploy_applied": True, "out_of_rotation": True, "failed": False}
+    crashed = _rollout.after_restart(before, {"stopped": True, "wait": {"verdict": "fail"}, "outcome": {"new_start_failed": True, "canary_failed": False}})
+    assert (crashed["stopped"], crashed["new_start_failed"], crashed["verified"], crashed["failed"]) == (True, True, False, False)
+    assert _rollout.decide(crashed)["rollback_wanted"]
+    rolled = _rollout.after_rollback(crashed, {"started_at": 1796313384.2, "passed": True})
+    assert _rollout.decide(rolled)["state"] == "rolled_back" and _rollout.decide(rolled)["restore_wanted"]
+    not_started = _rollout.after_rollback(crashed, {"started_at": None, "passed": False})
+    assert _rollout.decide(not_started)["state"] == "rollback_failed"
+    # a failed step of the phase, or one kept before it, fails the new start; a kept failure stopped nothing
+    step_failed = _rollout.after_restart(before, {"stopped": True, "failure": {"step": "Restart | Stop the unit"}})
+    assert step_failed["failed"] and step_failed["new_start_failed"]
+    kept = _rollout.after_restart({**before, "failed": True}, {"stopped": False})
+    assert kept["new_start_failed"] and _rollout.decide(kept)["state"] == "not_restarted" and _rollout.decide(kept)["rollback_wanted"]
+    passed = _rollout.after_restart(before, {"stopped": True, "wait": {"verdict": "pass"}, "outcome": {"new_start_failed": False, "canary_failed": False}})
+    assert _rollout.decide(passed)["state"] == "new_configuration" and not _rollout.decide(passed)["rollback_wanted"]
+
+
 def test_check_mode_decides_nothing() -> None:
     decision = _rollout.decide({"check_mode": True, "change_requested": True, "change_pending": True, "out_of_rotation": True})
     assert decision["state"] == "check_mode" and not decision["restore_wanted"] and not decision["rollback_wanted"]

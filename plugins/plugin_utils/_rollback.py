@@ -1,13 +1,15 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller side of inferops.runbooks.rollback: the rollback phase of the role sglang_restart.
+"""The rollback of a failed change, as the restart phase (and inferops.runbooks.rollback) runs it.
 
-The new configuration failed: put the previous files back (from ``<file>.previous`` on the host, not
-from the controller's memory: a change an earlier run wrote is put back from that run's backup),
-reload systemd, and when the failed start had stopped the server, start it on the previous
-configuration and follow that start with the same gates (it takes as long as any cold start, and can
-fail too). The rollback's start goes into the host's start history with the previous configuration's
-fingerprint, and the run record ends at rolled_back or rollback_failed.
+Put the previous files back (from ``<file>.previous`` on the host, not from the controller's memory: a
+change an earlier run wrote is put back from that run's backup), reload systemd, and when the failed
+start had stopped the server, start it on the previous configuration and follow that start with the
+same gates (it takes as long as any cold start, and can fail too). The rollback's start goes into the
+host's start history with the previous configuration's fingerprint, and the run record ends at
+rolled_back or rollback_failed.
+
+Private to the collection; may change at any time. Controller side.
 """
 
 from __future__ import annotations
@@ -15,10 +17,8 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     Seen,
     Start,
@@ -30,25 +30,17 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     wait_args,
 )
 
-ARGUMENT_SPEC: dict[str, t.Any] = {}
 STEP = "Rollback"
 
 
-OUTSIDE_THE_ROLE = "inferops.runbooks.rollback runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
-
-
-def role_state(steps: Steps) -> dict[str, t.Any]:
-    """The checked options, the files this run's change wrote (path, kind, whether it existed before),
-    whether the unit was stopped for the new start, the run's id."""
+def rollback_args(options: t.Mapping[str, t.Any], changed_files: t.Any, stopped: bool, run_id: str) -> dict[str, t.Any]:
+    """What the rollback needs: the checked options, the files this run's change wrote (path, kind,
+    whether it existed before), whether the unit was stopped for the new start, the run's id."""
     return {
-        "options": (steps.variable("sglang_restart__checked", {}) or {}).get("options") or {},
-        "files": [
-            {key: entry.get(key) for key in ("path", "kind", "existed")}
-            for entry in steps.variable("sglang_restart__changed_files", []) or []
-            if isinstance(entry, dict)
-        ],
-        "stopped": bool(steps.variable("sglang_restart__stopped", False)),
-        "run_id": str(steps.variable("sglang_restart_run_id", "")),
+        "options": dict(options),
+        "files": [{key: entry.get(key) for key in ("path", "kind", "existed")} for entry in changed_files or [] if isinstance(entry, dict)],
+        "stopped": bool(stopped),
+        "run_id": str(run_id),
     }
 
 
@@ -64,42 +56,32 @@ def smoke_failure(options: t.Mapping[str, t.Any], answer: t.Mapping[str, t.Any])
     return f"smoke test: {said} from {options['smoke_url']}{detail}"
 
 
-class ActionModule(ActionBase):
-    """The rollback phase of one host; see the module docs."""
+class RecordFailed(Exception):
+    """The run record cannot be written after the rollback: the host fails, as a failed task would."""
 
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
-    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
-        task_vars = task_vars or {}
-        result: Result = super().run(tmp, task_vars)
-        del tmp
-        self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        if self._task.check_mode:
-            result.update(changed=False, skipped=True, msg="check mode: nothing rolled back")
-            return result
-        steps = Steps(self, task_vars)
-        args = role_state(steps)
+class Rollback:
+    """One host's rollback; ``run`` returns what it saw."""
+
+    def run(self, steps: Steps, args: t.Mapping[str, t.Any], api_key: t.Any, hidden: list[str], host: str) -> dict[str, t.Any]:
+        """What the rollback saw: files_restored, started_at, before, wait, canary, history, record,
+        passed, failure (the failed step's name and message, or None). RecordFailed when the run record
+        cannot be settled."""
         options = args["options"]
-        if not options:
-            result.update(failed=True, msg=OUTSIDE_THE_ROLE)
-            return result
-        api_key = steps.variable("sglang_restart_api_key", "")
-        hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
-        start = Start(steps, options, api_key, hidden, str(task_vars.get("inventory_hostname", "")), STEP)
+        start = Start(steps, options, api_key, hidden, host, STEP)
         seen = Seen()
         facts: dict[str, t.Any] = {"files_restored": False, "started_at": None, "failure": None}
         try:
-            self._record(steps, args, facts, "rollback", "Note in the run record that the change is rolled back")
-            self._put_back(steps, args, facts)
+            self.record(steps, args, facts, "rollback", "Note in the run record that the change is rolled back")
+            self.put_back(steps, args, facts)
             if args["stopped"]:
-                self._start(steps, args, facts, start, seen, hidden)
+                self.start(steps, args, facts, start, seen, hidden)
         except StepFailed as failed:
             facts["failure"] = {"step": failed.failure["step"], "msg": str(failed.failure["result"].get("msg") or "failed without a message")}
         facts.update(wait=seen.wait, canary=seen.canary, passed=_rollout.rollback_passed(facts["failure"], seen.wait))
         try:
-            self._add_history(steps, options, seen, facts["passed"], hidden, facts)
-            self._record(
+            self.add_history(steps, options, seen, facts["passed"], hidden, facts)
+            self.record(
                 steps,
                 args,
                 facts,
@@ -108,14 +90,10 @@ class ActionModule(ActionBase):
                 change_flags={"settled": True},
             )
         except StepFailed as failed:
-            # the record cannot be written: the host fails here, as a failed task would
-            result.update(failed=True, msg=str(failed))
-        finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-        result.update(changed=True, steps=steps.done, **({"warnings": steps.warnings} if steps.warnings else {}), seen=facts)
-        return result
+            raise RecordFailed(str(failed)) from None
+        return facts
 
-    def _record(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], step: str, name: str, **updates: t.Any) -> None:
+    def record(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], step: str, name: str, **updates: t.Any) -> None:
         facts["record"] = steps.module(
             "rollback",
             f"{STEP} | {name}",
@@ -123,7 +101,7 @@ class ActionModule(ActionBase):
             {"unit": args["options"]["unit"], "run_id": args["run_id"], "step": step, **({"updates": updates} if updates else {})},
         )
 
-    def _put_back(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any]) -> None:
+    def put_back(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any]) -> None:
         """The failed start stopped, the previous files back, systemd reloaded, the unit loading again."""
         unit = args["options"]["unit"]
         if args["stopped"]:
@@ -156,7 +134,7 @@ class ActionModule(ActionBase):
             msg = f"After the previous files were put back, {unit} still does not load (LoadState={before.get('LoadState')} {before.get('LoadError', '')})."
             raise StepFailed("rollback", f"{STEP} | Stop when the previous configuration does not load either", {"failed": True, "msg": msg})
 
-    def _start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], start: Start, seen: Seen, hidden: list[str]) -> None:
+    def start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], start: Start, seen: Seen, hidden: list[str]) -> None:
         """The previous configuration started and followed with the same gates; its canary is measured
         beside the failed start's (a host slow on both is slow for another reason) and never fails it."""
         options = args["options"]
@@ -167,7 +145,7 @@ class ActionModule(ActionBase):
             {"host": port_host(options), "port": options["port"], "state": "stopped", "timeout": options["release_timeout"]},
         )
         facts["started_at"] = time.time()
-        self._record(steps, args, facts, "rollback_wait", "Note in the run record that the previous configuration starts")
+        self.record(steps, args, facts, "rollback_wait", "Note in the run record that the previous configuration starts")
         steps.module("rollback", f"{STEP} | Start the unit", "ansible.builtin.systemd_service", {"name": options["unit"], "state": "started"})
         previous = str(facts.get("before", {}).get("InvocationID") or "") or None
         start.wait(seen, wait_args(options, hidden, {}, previous))
@@ -178,7 +156,7 @@ class ActionModule(ActionBase):
         if canary_wanted(options, seen, 0):
             start.canary(seen, args["run_id"])
 
-    def _add_history(self, steps: Steps, options: t.Mapping[str, t.Any], seen: Seen, passed: bool, hidden: list[str], facts: dict[str, t.Any]) -> None:
+    def add_history(self, steps: Steps, options: t.Mapping[str, t.Any], seen: Seen, passed: bool, hidden: list[str], facts: dict[str, t.Any]) -> None:
         """The rollback's start is a start of the previous configuration (the files are back): it
         counts for that configuration's baseline. A history that cannot be written never fails the run."""
         invocation = seen.wait.get("invocation_id")
