@@ -1,11 +1,12 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller side of inferops.runbooks.prepare: a rollout's first phase, up to the drain.
+"""Controller side of inferops.runbooks.prepare: a rollout's first phase, up to the drain hooks.
 
 Check every variable (on the play's first host, every host's), read the unit, render the change on the
 controller, read the run record an earlier run left and reconcile it with the host (completing a
 rollback cut short), compare the change with the host's files, take over a host left out of rotation,
-and deploy the change (backups, write, daemon-reload, refuse a change that breaks the unit). Each
+deploy the change (backups, write, daemon-reload, refuse a change that breaks the unit), and take the
+host out of rotation before its stop (the run record first, then the router: ``plugin_utils/_router``). Each
 step runs one of the collection's or ansible-core's modules on the host; what to do is decided by
 ``plugin_utils/_prepare``. A failed step is kept as ``sglang_restart_failure`` for the rest of the role
 (rollback, restore, report) instead of failing the task.
@@ -28,6 +29,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as decide
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError, registration
 
 ROLE = "sglang_restart"
 CHECK_STEP = "Validate | Check every variable and every rule on the controller"
@@ -122,6 +124,8 @@ class ActionModule(ActionBase):
         self.facts.update(decide.takeover(plan))
         if decide.changed(compared):
             self._deploy(compared, plan)
+        if not self._task.check_mode and not plan.get("inflight") and decide.restart_needed(self.options, before, compared, plan):
+            self._take_out(plan)
         if self._task.check_mode:
             scene = decide.Scene(self.host, self.options, before, compared, plan, bool(self.node.get("multi_node")), self._worker_url())
             self._say(decide.check_mode_message(scene))
@@ -283,6 +287,49 @@ class ActionModule(ActionBase):
             self._stage("verify")
             lines = decide.verify_lines(shown_lines, [str(line) for line in verify.get("stderr_lines") or []])
             self._refuse("Deploy | Refuse the change", decide.broken_message(unit, self.host, lines))
+
+    def _take_out(self, plan: t.Mapping[str, t.Any]) -> None:
+        """Before anything stops, the host leaves the rotation: noted in the run record first (a run
+        killed from here on leaves the host possibly out of rotation, with what puts it back), then its
+        worker taken out of the router (called from the controller); the user's drain hooks run next, in
+        the role. A failure here stops nothing."""
+        router = decide.router_url(self.options, plan)
+        hooks = len(self.options.get("drain_hooks") or []) > 0
+        if not decide.drain_wanted(self.options, plan):
+            return
+        self._stage("drain")
+        worker_url = self._worker_url()
+        known = self.facts.get("sglang_restart_router_worker") or None
+        traffic = {"out": True, "router_url": router, "worker": registration(worker_url, known)}
+        traffic["hooks"] = hooks or bool(self.facts.get("sglang_restart_drain_hooks_ran"))
+        self.facts["sglang_restart_record"] = self._record("Drain | Note in the run record that the host leaves the rotation", "drain", {"traffic": traffic})
+        if router:
+            self._take_out_of_router(router, worker_url, known)
+        if hooks:
+            self.facts["sglang_restart_drain_hooks_ran"] = True
+
+    def _take_out_of_router(self, router: str, worker_url: str, known: t.Mapping[str, t.Any] | None) -> None:
+        """The worker's registration kept in the run record, the worker removed, and waited for until
+        the router no longer lists it. A worker an earlier run took out is not listed: its registration
+        is the run record's."""
+        step = "Drain | Take the worker out of the router"
+
+        def keep(kept: t.Mapping[str, t.Any]) -> None:
+            self.facts["sglang_restart_record"] = self._record(
+                "Drain | Keep the worker's registration in the run record, to add it back as it was", "drain", {"traffic": {"worker": dict(kept)}}
+            )
+
+        admin_key = str(self.steps.variable("sglang_restart_router_api_key", "") or "") or None
+        started = time.monotonic()
+        try:
+            taken = Router(router, admin_key).take_out(worker_url, known, self.host, int(self.options["router_timeout"]), keep)
+        except RouterError as error:
+            self.facts["sglang_restart_traffic_removed"] = error.removed or bool(self.facts.get("sglang_restart_traffic_removed"))
+            self.steps.note(step, {"failed": True}, time.monotonic() - started)
+            raise StepFailed("drain", step, {"failed": True, "msg": str(error)}) from None
+        self.steps.note(step, {}, time.monotonic() - started)
+        self.facts["sglang_restart_router_worker"] = {**taken["registration"], "registered": taken["removed"]}
+        self.facts["sglang_restart_traffic_removed"] = taken["removed"] or bool(self.facts.get("sglang_restart_traffic_removed"))
 
     # -- how a step runs ---------------------------------------------------------------------------
 

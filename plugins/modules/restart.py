@@ -27,9 +27,16 @@ description:
     go through its parts together through a directory on the controller - each node goes on only once every other node
     got through its preflight (the prepare phase), all stop before any starts, and all start before the waits. A node
     that fails tells the others at once; they stop there, reason C(peer_failed).
-  - A step that fails is kept for the report (the key C(failure) of RV(seen)) instead of failing the task; the role rolls a failed
-    change back, puts the host back into rotation when it serves, and fails the host after its
-    report.
+  - A change whose start failed, or whose canary failed against the host's baseline, is rolled back in the same phase
+    - the previous files put back from C(<file>.previous) on the host (a change an earlier run wrote is put back from
+    that run's backup), systemd reloaded, a unit that does not load refused; when the failed start had stopped the
+    server, the previous configuration started and followed with the same gates, its start added to the start history
+    with the previous configuration's fingerprint, and the run record ended at C(rolled_back) or C(rollback_failed).
+  - After a step that failed before this phase (kept by the role as C(sglang_restart_failure)), nothing is stopped or
+    started; a change already deployed is rolled back.
+  - A step that fails is kept for the report (the key C(failure) of RV(seen)) instead of failing the task; the role puts
+    the host back into rotation when it serves (M(inferops.runbooks.settle)), and fails the host after its report. A run
+    record that cannot be settled after a rollback fails the task.
 author:
   - inferops.runbooks contributors (@inferops)
 attributes:
@@ -41,7 +48,7 @@ attributes:
     description: The wait shows progress lines as it goes.
   check_mode:
     support: full
-    description: Skipped in check mode; the role says what a real run would do.
+    description: Nothing is stopped or started in check mode; the role says what a real run would do.
   diff_mode:
     support: none
     description: Nothing to compare.
@@ -55,7 +62,7 @@ notes:
     interface to read.
 seealso:
   - module: inferops.runbooks.wait_ready
-  - module: inferops.runbooks.rollback
+  - module: inferops.runbooks.settle
   - module: inferops.runbooks.precheck
 """
 
@@ -70,7 +77,9 @@ seen:
   description:
     - What the phase saw, each key present once its step ran - C(stopped), C(drain), C(record), C(start_history_before),
       C(wait), C(smoke), C(smoke_journal), C(start_history), C(perf_canary), C(outcome) (C(start_failed),
-      C(new_start_failed), C(canary_failed), C(smoke_failed)), C(failure) (the failed step's stage, name and result).
+      C(new_start_failed), C(canary_failed), C(smoke_failed)), C(failure) (the failed step's stage, name and result),
+      C(rollback) (what the rollback saw - C(files_restored), C(started_at), C(before), C(wait), C(canary), C(history),
+      C(record), C(passed), C(failure)), C(rollout) (what the rollout observed, for its decisions after this phase).
   returned: success
   type: dict
   sample: {"stopped": true, "wait": {"verdict": "pass", "reason": "ready"}, "outcome": {"start_failed": false}}

@@ -109,6 +109,11 @@ def changed(files: t.Sequence[File]) -> list[dict[str, t.Any]]:
     return [dict(entry) for entry in files if entry.get("changed")]
 
 
+def drain_wanted(options: t.Mapping[str, t.Any], plan: t.Mapping[str, t.Any]) -> bool:
+    """The host is taken out of rotation before its stop: it has a router, or drain hooks."""
+    return bool(router_url(options, plan)) or len(options.get("drain_hooks") or []) > 0
+
+
 def backups_to_keep(files: t.Sequence[File]) -> list[dict[str, t.Any]]:
     """The changed files whose previous content is kept as ``<file>.previous``."""
     return [dict(entry) for entry in changed(files) if entry.get("existed") and not entry.get("backed_up")]

@@ -1,6 +1,6 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rollback of a failed change, as the restart phase (and inferops.runbooks.rollback) runs it.
+"""The rollback of a failed change, as the restart phase (inferops.runbooks.restart) runs it.
 
 Put the previous files back (from ``<file>.previous`` on the host, not from the controller's memory: a
 change an earlier run wrote is put back from that run's backup), reload systemd, and when the failed

@@ -25,8 +25,8 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-# the steps in the order the role writes them (deploy.yml, drain.yml, restart.yml, wait.yml, smoke.yml,
-# main.yml, rollback.yml, restore.yml): the change is written before the host leaves the rotation
+# the steps in the order the phases write them (prepare: deploy, drain; restart: restart, wait, smoke,
+# passed, rollback; settle: restore): the change is written before the host leaves the rotation
 ORDER = ["deploy", "drain", "restart", "wait", "smoke", "passed", "rollback", "rollback_wait", "rolled_back", "restore"]
 
 

@@ -273,3 +273,12 @@ def test_a_result_is_kept_without_the_arguments_it_was_called_with() -> None:
         "unit": {"Id": UNIT},
         "changed": False,
     }
+
+
+def test_the_host_leaves_the_rotation_when_it_has_a_router_or_drain_hooks() -> None:
+    assert not prepare.drain_wanted({"router_url": "", "drain_hooks": []}, {})
+    assert prepare.drain_wanted({"router_url": "http://127.0.0.1:30080/", "drain_hooks": []}, {})
+    assert prepare.drain_wanted({"router_url": "", "drain_hooks": ["hooks/lb-out.yml"]}, {})
+    # the router an earlier run took the host out of, when this run names none
+    assert prepare.drain_wanted({"router_url": ""}, {"router_url": "http://127.0.0.1:30080"})
+    assert prepare.router_url({"router_url": "http://127.0.0.1:30080//"}, {}) == "http://127.0.0.1:30080"
