@@ -46,6 +46,12 @@ display = Display()
 # the parts of the phase: the nodes of a deployment go through each together (Rendezvous)
 PARTS = ("stop", "start", "verify")
 ARGUMENT_SPEC: dict[str, t.Any] = {}
+# what the progress line says before the rollback's own start (module_utils/_rollout.py: rollback_reason)
+ROLLBACK_CAUSES = {
+    "start_failed": "the new configuration failed",
+    "performance_regression": "the new configuration is slower than the baseline (performance canary)",
+    "before_the_stop": "a step failed before the stop",
+}
 
 
 OUTSIDE_THE_ROLE = "inferops.runbooks.restart runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
@@ -207,13 +213,17 @@ class ActionModule(ActionBase):
         ``facts["rollout"]`` is the rollout's observation after the restart (and the rollback)."""
         observed = _rollout.after_restart(steps.variable("sglang_restart__observed_rollout", {}) or {}, facts)
         facts["rollout"] = observed
-        if not _rollout.decide(observed)["rollback_wanted"]:
+        decision = _rollout.decide(observed)
+        if not decision["rollback_wanted"]:
             return
+        host = str(task_vars.get("inventory_hostname", ""))
+        cause = ROLLBACK_CAUSES[decision["rollback_reason"] if facts["stopped"] else "before_the_stop"]
+        display.display(f"{host}: {args['options']['unit']} rolling back: {cause}, the previous configuration goes back")
         api_key = steps.variable("sglang_restart_api_key", "")
         hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
         files = steps.variable("sglang_restart__changed_files", []) or []
         rollback = rollback_args(args["options"], files, bool(facts["stopped"]), args["run_id"])
-        facts["rollback"] = Rollback().run(steps, rollback, api_key, hidden, str(task_vars.get("inventory_hostname", "")))
+        facts["rollback"] = Rollback().run(steps, rollback, api_key, hidden, host)
         facts["rollout"] = _rollout.after_rollback(observed, facts["rollback"])
 
     # -- the parts ---------------------------------------------------------------------------
