@@ -76,6 +76,7 @@ class ActionModule(ActionBase):
         self.diffs: list[t.Any] = []
         self.changed = False
         refused = False
+        self.drain_hooks_due = False
         try:
             self._validate()
             self._prepare()
@@ -90,6 +91,8 @@ class ActionModule(ActionBase):
             changed=self.changed,
             refused=refused,
             failure=failure,
+            # the user's drain hooks run after this phase (the role's next task)
+            drain_hooks_due=self.drain_hooks_due and not failure,
             steps=self.steps.done,
             ansible_facts=self.facts,
             # a host that cannot be reached is out of the play, as it would be for any task
@@ -306,7 +309,7 @@ class ActionModule(ActionBase):
         if router:
             self._take_out_of_router(router, worker_url, known)
         if hooks:
-            self.facts["sglang_restart_drain_hooks_ran"] = True
+            self.facts["sglang_restart_drain_hooks_ran"] = self.drain_hooks_due = True
 
     def _take_out_of_router(self, router: str, worker_url: str, known: t.Mapping[str, t.Any] | None) -> None:
         """The worker's registration kept in the run record, the worker removed, and waited for until

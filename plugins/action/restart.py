@@ -27,6 +27,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollback import RecordFailed, Rollback, rollback_args
@@ -57,16 +58,23 @@ ROLLBACK_CAUSES = {
 OUTSIDE_THE_ROLE = "inferops.runbooks.restart runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
 
 
-def role_state(steps: Steps) -> dict[str, t.Any]:
-    """What the role's earlier steps left: the checked options, this host's place in its deployment,
-    the unit before the run, the run's id, and the rollout's decisions (inferops.runbooks.rollout_decide)."""
-    decision = steps.variable("sglang_restart__decision", {}) or {}
-    plan = steps.variable("sglang_restart_plan", {}) or {}
+def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
+    """What the role's earlier steps left: the prepare phase's facts (its registered result) with the
+    failure a rescue kept, the checked options, this host's place in its deployment, the unit before
+    the run, the run's id, and the rollout's observation and decisions so far (module_utils/_rollout.py)."""
+    prepared = steps.variable("sglang_restart__prepared", {}) or {}
+    facts = dict(prepared.get("ansible_facts") or {}) if isinstance(prepared, dict) else {}
+    facts["sglang_restart_failure"] = steps.variable("sglang_restart_failure")
+    observed = _observed.rollout_before_restart(facts, check_mode)
+    decision = _rollout.decide(observed)
+    plan = _observed.mapping(facts.get("sglang_restart_plan"))
     return {
-        "options": (steps.variable("sglang_restart__checked", {}) or {}).get("options") or {},
+        "facts": facts,
+        "observed": observed,
+        "options": _observed.options_of(facts),
         "node": steps.variable("sglang_restart__node", {}) or {},
-        "before": (steps.variable("sglang_restart_before", {}) or {}).get("unit") or {},
-        "run_id": str(steps.variable("sglang_restart_run_id", "")),
+        "before": _observed.mapping(_observed.mapping(facts.get("sglang_restart_before")).get("unit")),
+        "run_id": str(facts.get("sglang_restart_run_id") or ""),
         "restart": bool(decision.get("restart_needed")),
         "verify_in_place": bool(decision.get("verify_in_place")),
         "inflight_invocation": str(plan.get("before_invocation") or "") if plan.get("inflight") else "",
@@ -166,12 +174,12 @@ class ActionModule(ActionBase):
         del tmp
         self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         steps = Steps(self, task_vars)
-        kept_failure = steps.variable("sglang_restart_failure")
-        earlier_failure = kept_failure if isinstance(kept_failure, dict) else None
-        if self._task.check_mode or (earlier_failure is not None and not (steps.variable("sglang_restart__checked", {}) or {}).get("options")):
-            result.update(changed=False, msg="check mode: nothing stopped or started" if self._task.check_mode else "nothing to restart or roll back")
+        args = role_state(steps, bool(self._task.check_mode))
+        earlier_failure = _observed.failure_of(args["facts"], {})
+        if self._task.check_mode or (earlier_failure is not None and not args["options"]):
+            said = "check mode: nothing stopped or started" if self._task.check_mode else "nothing to restart or roll back"
+            result.update(changed=False, msg=said, seen={"rollout": args["observed"]}, decision=_rollout.decide(args["observed"]))
             return result
-        args = role_state(steps)
         if not args["options"]:
             result.update(failed=True, msg=OUTSIDE_THE_ROLE)
             return result
@@ -201,6 +209,7 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(
             changed=bool(facts["stopped"] or facts.get("rollback")),
+            decision=_rollout.decide(facts.get("rollout") or args["observed"]),
             steps=steps.done,
             **({"warnings": steps.warnings} if steps.warnings else {}),
             seen=facts,
@@ -211,7 +220,7 @@ class ActionModule(ActionBase):
         """A change whose start failed (or whose canary failed) is rolled back here, in the same phase:
         its previous files back, and the previous configuration started and followed with the same gates.
         ``facts["rollout"]`` is the rollout's observation after the restart (and the rollback)."""
-        observed = _rollout.after_restart(steps.variable("sglang_restart__observed_rollout", {}) or {}, facts)
+        observed = _rollout.after_restart(args["observed"], facts)
         facts["rollout"] = observed
         decision = _rollout.decide(observed)
         if not decision["rollback_wanted"]:
@@ -221,8 +230,7 @@ class ActionModule(ActionBase):
         display.display(f"{host}: {args['options']['unit']} rolling back: {cause}, the previous configuration goes back")
         api_key = steps.variable("sglang_restart_api_key", "")
         hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
-        files = steps.variable("sglang_restart__changed_files", []) or []
-        rollback = rollback_args(args["options"], files, bool(facts["stopped"]), args["run_id"])
+        rollback = rollback_args(args["options"], _observed.changed_files(args["facts"]), bool(facts["stopped"]), args["run_id"])
         facts["rollback"] = Rollback().run(steps, rollback, api_key, hidden, host)
         facts["rollout"] = _rollout.after_rollback(observed, facts["rollback"])
 

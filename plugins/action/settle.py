@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
 
@@ -28,21 +28,34 @@ ROLE = "sglang_restart"
 PUT_BACK = "Settle | Add this worker to the router again"
 
 
-def role_state(steps: Steps) -> dict[str, t.Any]:
-    """What the role observed up to here, as its variables say (vars/main.yml)."""
-    checked = steps.variable("sglang_restart__checked", {}) or {}
-    hook_failure = steps.variable("sglang_restart_traffic_failure")
+def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
+    """What the run observed up to here: the prepare phase's facts (its registered result) with the
+    failures the role's rescues kept, and what the restart phase saw."""
+    prepared = steps.variable("sglang_restart__prepared", {}) or {}
+    facts = dict(prepared.get("ansible_facts") or {}) if isinstance(prepared, dict) else {}
+    for kept in ("sglang_restart_failure", "sglang_restart_traffic_failure"):
+        facts[kept] = steps.variable(kept)
+    restarted = steps.variable("sglang_restart__restart", {}) or {}
+    seen = dict(restarted.get("seen") or {}) if isinstance(restarted, dict) else {}
+    task_vars = steps.task_vars
+    address = str(task_vars.get("ansible_host") or task_vars.get("inventory_hostname", ""))
     return {
-        "options": checked.get("options") or {},
-        "run_id": str(steps.variable("sglang_restart_run_id", "") or ""),
-        "rollout": steps.variable("sglang_restart__rollout", {}) or {},
-        "observed": steps.variable("sglang_restart__observed", {}) or {},
-        "plan": steps.variable("sglang_restart_plan", {}) or {},
-        "router": str(steps.variable("sglang_restart__router", "") or ""),
-        "registration": steps.variable("sglang_restart__worker_registration", {}) or {},
-        "removed": boolean(steps.variable("sglang_restart_traffic_removed", False) or False, strict=False),
-        "restore_hooks": list(steps.variable("sglang_restart__restore_hooks", []) or []),
-        "hook_failure": hook_failure if isinstance(hook_failure, dict) else None,
+        "facts": facts,
+        "seen": seen,
+        "options": _observed.options_of(facts),
+        "run_id": str(facts.get("sglang_restart_run_id") or ""),
+        "rollout": _observed.rollout_after(facts, seen, check_mode),
+        "plan": _observed.mapping(facts.get("sglang_restart_plan")),
+        "router": _observed.router_of(facts),
+        "registration": _observed.registration_of(facts, address),
+        "removed": _observed.flag(facts.get("sglang_restart_traffic_removed")),
+        "hook_failure": facts["sglang_restart_traffic_failure"] if isinstance(facts["sglang_restart_traffic_failure"], dict) else None,
+        "run": {
+            "host": str(task_vars.get("inventory_hostname", "")),
+            "unit": steps.variable("sglang_restart_unit", ""),
+            "address": address,
+            "check_mode": check_mode,
+        },
     }
 
 
@@ -58,20 +71,6 @@ def record_updates(decision: t.Mapping[str, t.Any], plan: t.Mapping[str, t.Any])
     }
 
 
-def with_traffic(observed: t.Mapping[str, t.Any], restored: bool | None, failure: t.Mapping[str, t.Any] | None, hooks: list[t.Any]) -> dict[str, t.Any]:
-    """What the role observed, with this phase's outcome of putting the host back into rotation."""
-    deploy = observed.get("deploy")
-    if not isinstance(deploy, dict) or not isinstance(deploy.get("traffic"), dict):
-        return dict(observed)
-    traffic = {
-        **deploy["traffic"],
-        "restored": bool(restored),
-        "restore_hooks": hooks if restored is not None else [],
-        "error": failure.get("msg") if failure else None,
-    }
-    return {**observed, "deploy": {**deploy, "traffic": traffic}}
-
-
 class ActionModule(ActionBase):
     """The settle phase of one host; see the module docs."""
 
@@ -84,7 +83,7 @@ class ActionModule(ActionBase):
         del tmp
         self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         steps = Steps(self, task_vars)
-        state = role_state(steps)
+        state = role_state(steps, bool(self._task.check_mode))
         decision = _rollout.decide(state["rollout"])
         failure = state["hook_failure"]
         restored: bool | None = None
@@ -102,13 +101,14 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=str(failed))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
-        observed = with_traffic(state["observed"], restored, failure, state["restore_hooks"])
+        traffic = {"restored": restored, "failure": failure}
+        went_back = {"restored": restored, "error": failure.get("msg") if failure else None}
         try:
-            report = runbook_report(observed, ROLE)
+            report = runbook_report(_observed.report_input(state["facts"], state["seen"], decision, went_back, state["run"]), ROLE)
         except ValueError as exc:
             result.update(failed=True, msg=f"The report cannot be assembled: {exc}")
             report = {}
-        result.update(changed=restored is True, steps=steps.done, decision=decision, traffic={"restored": restored, "failure": failure}, report=report)
+        result.update(changed=restored is True, steps=steps.done, decision=decision, traffic=traffic, report=report)
         return result
 
     def _put_back(self, steps: Steps, state: t.Mapping[str, t.Any], decision: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:

@@ -254,16 +254,3 @@ def test_the_record_settles_done_only_when_nothing_is_left_to_undo() -> None:
     assert done == {"outcome": "new_configuration", "repairs": plan["repairs"], "traffic": {"out": False}, "change_flags": {"settled": True}}
     out = settle.record_updates({"settled_step": "restore", "state": "restarted"}, {})
     assert out == {"outcome": "restarted", "repairs": [], "traffic": {}, "change_flags": {}}
-
-
-def test_the_report_sees_how_the_host_went_back_into_rotation() -> None:
-    observed = {"host": "sim1", "deploy": {"state": "restarted", "traffic": {"router_url": "http://127.0.0.1:9", "removed": True}}}
-    hooks = ["hooks/restore.yml"]
-    back = settle.with_traffic(observed, True, None, hooks)["deploy"]["traffic"]
-    assert (back["restored"], back["restore_hooks"], back["error"], back["removed"]) == (True, hooks, None, True)
-    refused = settle.with_traffic(observed, False, {"step": settle.PUT_BACK, "msg": "The router answered 500"}, hooks)["deploy"]["traffic"]
-    assert (refused["restored"], refused["restore_hooks"], refused["error"]) == (False, hooks, "The router answered 500")
-    # not wanted (the host does not serve): no hook ran
-    assert settle.with_traffic(observed, None, None, hooks)["deploy"]["traffic"]["restore_hooks"] == []
-    # a refused run has no deploy section to add to
-    assert settle.with_traffic({"host": "sim1", "deploy": {}}, True, None, hooks) == {"host": "sim1", "deploy": {}}
