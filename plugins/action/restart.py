@@ -62,9 +62,7 @@ def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
     """What the role's earlier steps left: the prepare phase's facts (its registered result) with the
     failure a rescue kept, the checked options, this host's place in its deployment, the unit before
     the run, the run's id, and the rollout's observation and decisions so far (module_utils/_rollout.py)."""
-    prepared = steps.variable("sglang_restart__prepared", {}) or {}
-    facts = dict(prepared.get("ansible_facts") or {}) if isinstance(prepared, dict) else {}
-    facts["sglang_restart_failure"] = steps.variable("sglang_restart_failure")
+    facts = _observed.phase_facts(steps.variable("sglang_restart__prepared"), steps.variable("sglang_restart_failure"), None)
     observed = _observed.rollout_before_restart(facts, check_mode)
     decision = _rollout.decide(observed)
     plan = _observed.mapping(facts.get("sglang_restart_plan"))
@@ -131,10 +129,16 @@ def previous_invocation(args: t.Mapping[str, t.Any]) -> str | None:
 PREFLIGHT_FACT = "sglang_restart_reached_preflight"
 
 
+def prepared_fact(hostvars: t.Mapping[str, t.Any], host: str, name: str) -> t.Any:
+    """A fact another host's prepare phase returned in this run (its registered result)."""
+    prepared = (hostvars.get(host) or {}).get("sglang_restart__prepared")
+    return ((prepared.get("ansible_facts") or {}) if isinstance(prepared, t.Mapping) else {}).get(name)
+
+
 def lagging(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> list[str]:
     """The other nodes of the deployment that did not get through their preflight."""
     # (ansible-core before 2.19 may hand a templated boolean over as its text)
-    return [peer for peer in node.get("peers") or {} if not boolean((hostvars.get(peer) or {}).get(PREFLIGHT_FACT), strict=False)]
+    return [peer for peer in node.get("peers") or {} if not boolean(prepared_fact(hostvars, peer, PREFLIGHT_FACT), strict=False)]
 
 
 def channel_name(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> str | None:
@@ -143,7 +147,7 @@ def channel_name(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -
     if not node.get("multi_node"):
         return None
     first = (node.get("hosts") or [""])[0]
-    return f"{(hostvars.get(first) or {}).get('sglang_restart_run_id', 'run')}-{node.get('deployment')}"
+    return f"{prepared_fact(hostvars, first, 'sglang_restart_run_id') or 'run'}-{node.get('deployment')}"
 
 
 def rendezvous_timeout(options: t.Mapping[str, t.Any]) -> float:

@@ -31,10 +31,9 @@ PUT_BACK = "Settle | Add this worker to the router again"
 def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
     """What the run observed up to here: the prepare phase's facts (its registered result) with the
     failures the role's rescues kept, and what the restart phase saw."""
-    prepared = steps.variable("sglang_restart__prepared", {}) or {}
-    facts = dict(prepared.get("ansible_facts") or {}) if isinstance(prepared, dict) else {}
-    for kept in ("sglang_restart_failure", "sglang_restart_traffic_failure"):
-        facts[kept] = steps.variable(kept)
+    facts = _observed.phase_facts(
+        steps.variable("sglang_restart__prepared"), steps.variable("sglang_restart_failure"), steps.variable("sglang_restart_traffic_failure")
+    )
     restarted = steps.variable("sglang_restart__restart", {}) or {}
     seen = dict(restarted.get("seen") or {}) if isinstance(restarted, dict) else {}
     task_vars = steps.task_vars
@@ -49,7 +48,7 @@ def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
         "router": _observed.router_of(facts),
         "registration": _observed.registration_of(facts, address),
         "removed": _observed.flag(facts.get("sglang_restart_traffic_removed")),
-        "hook_failure": facts["sglang_restart_traffic_failure"] if isinstance(facts["sglang_restart_traffic_failure"], dict) else None,
+        "hook_failure": facts["sglang_restart_traffic_failure"],
         "run": {
             "host": str(task_vars.get("inventory_hostname", "")),
             "unit": steps.variable("sglang_restart_unit", ""),

@@ -33,6 +33,23 @@ def mapping(value: t.Any) -> dict[str, t.Any]:
     return dict(value) if isinstance(value, t.Mapping) else {}
 
 
+def phase_facts(prepared: t.Any, kept_failure: t.Any, kept_traffic_failure: t.Any) -> dict[str, t.Any]:
+    """The prepare phase's facts (its registered result), with what the role's rescues kept for this
+    run: a failed step (drain hooks, a failed task), a failed restore hook. What a rescue of an earlier
+    run of the role in the same play kept carries that run's id, and is left out."""
+    result = mapping(prepared)
+    facts = mapping(result.get("ansible_facts"))
+    run_id = facts.get("sglang_restart_run_id")
+    failure = result.get("failure")
+    facts["sglang_restart_failure"] = failure if isinstance(failure, t.Mapping) else this_run(kept_failure, run_id)
+    facts["sglang_restart_traffic_failure"] = this_run(kept_traffic_failure, run_id)
+    return facts
+
+
+def this_run(kept: t.Any, run_id: t.Any) -> dict[str, t.Any] | None:
+    return dict(kept) if isinstance(kept, t.Mapping) and run_id and kept.get("run_id") == run_id else None
+
+
 def failure_of(facts: Facts, seen: Facts) -> dict[str, t.Any] | None:
     """The failed step: kept before or around the restart phase (a rescue), or the phase's own."""
     for found in (facts.get("sglang_restart_failure"), seen.get("failure")):

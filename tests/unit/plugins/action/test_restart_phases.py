@@ -151,11 +151,16 @@ def test_the_wait_tells_the_new_start_from_the_right_invocation() -> None:
 
 def test_a_node_goes_on_only_when_every_peer_got_through_its_preflight() -> None:
     node = {"multi_node": True, "deployment": "dsr1", "rank": 0, "hosts": ["gpu0", "gpu1", "gpu2"], "peers": {"gpu1": 1, "gpu2": 2}}
-    # the prepare phase's fact on each node (a node whose check was refused has none)
-    prepared = {restart.PREFLIGHT_FACT: True}
-    assert restart.lagging(node, {"gpu1": prepared, "gpu2": prepared}) == []
-    assert restart.lagging(node, {"gpu1": prepared, "gpu2": {restart.PREFLIGHT_FACT: False}}) == ["gpu2"]
-    assert restart.lagging(node, {"gpu1": {restart.PREFLIGHT_FACT: "True"}, "gpu2": {}}) == ["gpu2"]
+
+    # the prepare phase's fact on each node, in its registered result (a node whose check was refused has none)
+    def prepared(reached: object) -> dict[str, Any]:
+        return {"sglang_restart__prepared": {"ansible_facts": {restart.PREFLIGHT_FACT: reached}}}
+
+    assert restart.lagging(node, {"gpu1": prepared(True), "gpu2": prepared(True)}) == []
+    assert restart.lagging(node, {"gpu1": prepared(True), "gpu2": prepared(False)}) == ["gpu2"]
+    assert restart.lagging(node, {"gpu1": prepared("True"), "gpu2": {}}) == ["gpu2"]
+    # a fact of an earlier run's, outside this run's prepare result, does not count
+    assert restart.lagging(node, {"gpu1": prepared(True), "gpu2": {restart.PREFLIGHT_FACT: True}}) == ["gpu2"]
     # the parts of the phase itself: the nodes wait for each other through the channel (test_rendezvous.py),
     # at most as long as a drain, a stop and the release of the port take
     assert restart.rendezvous_timeout(options(drain_timeout=600, release_timeout=60)) == 660 + restart.RENDEZVOUS_MARGIN
@@ -163,7 +168,10 @@ def test_a_node_goes_on_only_when_every_peer_got_through_its_preflight() -> None
 
 def test_the_nodes_of_one_restart_share_a_channel_named_by_node_0s_run() -> None:
     node = {"multi_node": True, "deployment": "dsr1", "hosts": ["gpu0", "gpu1"]}
-    hostvars = {"gpu0": {"sglang_restart_run_id": "20261203T101010Z-42"}, "gpu1": {"sglang_restart_run_id": "20261203T101011Z-7"}}
+    hostvars = {
+        "gpu0": {"sglang_restart__prepared": {"ansible_facts": {"sglang_restart_run_id": "20261203T101010Z-42"}}},
+        "gpu1": {"sglang_restart__prepared": {"ansible_facts": {"sglang_restart_run_id": "20261203T101011Z-7"}}},
+    }
     assert restart.channel_name(node, hostvars) == "20261203T101010Z-42-dsr1"
     assert restart.channel_name({"multi_node": False}, hostvars) is None
 

@@ -122,3 +122,17 @@ def test_a_refused_run_has_no_deploy_section_and_its_failure_is_reported() -> No
     observed = _observed.report_input(refused, {}, _rollout.decide(_observed.rollout_before_restart(refused, False)), {"restored": None}, RUN)
     assert observed["deploy"] == {} and observed["failure"]["stage"] == "validate"
     assert runbook_report(observed, "sglang_restart")["verdict"] == "fail"
+
+
+def test_what_a_rescue_kept_counts_for_its_own_run_only() -> None:
+    failed_hook = {"run_id": "run-2", "stage": "drain", "step": "Drain | Run the drain hooks", "result": {"msg": "lb refused"}}
+    prepared = {"failure": None, "ansible_facts": {"sglang_restart_run_id": "run-2", "sglang_restart_failure": None}}
+    facts = _observed.phase_facts(prepared, failed_hook, {"run_id": "run-2", "step": "Restore | Run the restore hooks", "msg": "x"})
+    assert facts["sglang_restart_failure"] == failed_hook and facts["sglang_restart_traffic_failure"]["msg"] == "x"
+    # an earlier run of the role in the same play kept these: this run forgets them
+    earlier = _observed.phase_facts(prepared, {**failed_hook, "run_id": "run-1"}, {"run_id": "run-1", "msg": "x"})
+    assert earlier["sglang_restart_failure"] is None and earlier["sglang_restart_traffic_failure"] is None
+    # the phase's own failure comes first
+    own = {"stage": "validate", "step": "Validate", "result": {"msg": "bad"}}
+    assert _observed.phase_facts({**prepared, "failure": own}, failed_hook, None)["sglang_restart_failure"] == own
+    assert _observed.phase_facts(None, None, None) == {"sglang_restart_failure": None, "sglang_restart_traffic_failure": None}
