@@ -31,11 +31,13 @@ attributes:
     description: Runs on the controller; calls the router from the controller and the run record's module on the managed host.
   async:
     support: none
+    description: The phase runs within its task.
   check_mode:
     support: full
     description: In check mode nothing is put back or written; the report is assembled.
   diff_mode:
     support: none
+    description: Nothing it does is a file's change.
   platform:
     support: full
     platforms: posix
