@@ -29,7 +29,7 @@ from ansible.utils.display import Display
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollback import RecordFailed, Rollback, rollback_args
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     Seen,
@@ -78,6 +78,15 @@ def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
         "inflight_invocation": str(plan.get("before_invocation") or "") if plan.get("inflight") else "",
         "record": bool(decision.get("record_wanted")),
     }
+
+
+def hidden_texts(steps: Steps) -> list[str]:
+    """Taken out of every event, evidence and journal line on the target, before a result leaves it:
+    the server's API key, the router's admin key and the user's secrets."""
+    router_key = steps.variable("sglang_restart_router_api_key", "")
+    return secrets(steps.variable("sglang_restart_api_key", ""), steps.variable("sglang_restart_redact", [])) + (
+        [str(router_key)] if router_key not in (None, "") else []
+    )
 
 
 # the drain reads the load in slices this long, each followed by a progress line
@@ -233,7 +242,7 @@ class ActionModule(ActionBase):
         cause = ROLLBACK_CAUSES[decision["rollback_reason"] if facts["stopped"] else "before_the_stop"]
         display.display(f"{host}: {args['options']['unit']} rolling back: {cause}, the previous configuration goes back")
         api_key = steps.variable("sglang_restart_api_key", "")
-        hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
+        hidden = hidden_texts(steps)
         rollback = rollback_args(args["options"], _observed.changed_files(args["facts"]), bool(facts["stopped"]), args["run_id"])
         facts["rollback"] = Rollback().run(steps, rollback, api_key, hidden, host)
         facts["rollout"] = _rollout.after_rollback(observed, facts["rollback"])
@@ -280,7 +289,7 @@ class ActionModule(ActionBase):
         if restart and not args["inflight_invocation"]:
             self._together(args, task_vars, together, "start", "started")
         api_key = steps.variable("sglang_restart_api_key", "")
-        hidden = [str(secret) for secret in steps.variable("sglang_restart__secrets", []) or []]
+        hidden = hidden_texts(steps)
         start = Start(steps, options, api_key, hidden, host, "")
         seen = Seen()
         rank = int(node.get("rank") or 0)

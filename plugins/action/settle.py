@@ -58,6 +58,15 @@ def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
     }
 
 
+def report_dir(options: t.Mapping[str, t.Any], steps: Steps) -> str:
+    """Where the report files go: the checked option, or as given when the variables were refused (the
+    report of the refusal)."""
+    if options:
+        return str(options.get("report_dir") or "")
+    given = steps.variable("sglang_restart_report_dir", "")
+    return given if isinstance(given, str) else ""
+
+
 def record_updates(decision: t.Mapping[str, t.Any], plan: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """What the run record keeps of where the host ends; ``done`` also says nothing is out of rotation
     and the change is settled."""
@@ -107,7 +116,9 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             result.update(failed=True, msg=f"The report cannot be assembled: {exc}")
             report = {}
-        result.update(changed=restored is True, steps=steps.done, decision=decision, traffic=traffic, report=report)
+        result.update(
+            changed=restored is True, steps=steps.done, decision=decision, traffic=traffic, report=report, report_dir=report_dir(state["options"], steps)
+        )
         return result
 
     def _put_back(self, steps: Steps, state: t.Mapping[str, t.Any], decision: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:

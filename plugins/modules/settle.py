@@ -77,6 +77,11 @@ report:
   returned: always
   type: dict
   sample: {"verdict": "pass", "reason": "ready", "state": "new_configuration"}
+report_dir:
+  description: Where the report files go - the checked C(sglang_restart_report_dir), or as given when the variables were refused.
+  returned: always
+  type: str
+  sample: /var/log/inferops
 steps:
   description: What each step did - its name, C(ok), C(failed) or C(skipped), and its seconds (shown with C(-v)).
   returned: always
