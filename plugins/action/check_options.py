@@ -10,15 +10,15 @@ checks them all. Nothing runs on the managed hosts.
 
 from __future__ import annotations
 
-import json
 import typing as t
 
 import yaml
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import ROLE_SPECS, check_role_values, rule_problems
+from ansible_collections.inferops.runbooks.plugins.module_utils._options import ROLE_SPECS, check_role_values
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, topology
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 ARGUMENT_SPEC: dict[str, t.Any] = {
@@ -45,17 +45,9 @@ def parse_yaml(text: str) -> t.Any:
         raise ValueError(str(exc)) from None
 
 
-class RulesOnce:
-    """rule_problems, compiled once per distinct set of rules (hosts mostly share theirs)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, list[str]] = {}
-
-    def __call__(self, engine: str, extra_rules: t.Sequence[t.Any], disabled_rules: t.Sequence[str], prefix: str) -> list[str]:
-        key = json.dumps([engine, extra_rules, disabled_rules, prefix], sort_keys=True, default=str)
-        if key not in self.seen:
-            self.seen[key] = rule_problems(engine, extra_rules, disabled_rules, prefix)
-        return self.seen[key]
+def rules_checked(engine: str, extra_rules: t.Sequence[t.Any], disabled_rules: t.Sequence[str], prefix: str) -> list[str]:
+    """The rules' problems, checked once per run for each distinct set of rules (hosts mostly share theirs)."""
+    return [f"{prefix}{problem}" for problem in rule_problems_once(engine, extra_rules, disabled_rules)]
 
 
 class ActionModule(ActionBase):
@@ -73,10 +65,9 @@ class ActionModule(ActionBase):
         role = args["role"]
         host = str(task_vars.get("inventory_hostname", "this host"))
         base_dir = str(task_vars.get("playbook_dir") or ".")
-        rules = RulesOnce()
-        problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, rules, base_dir)
+        problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, base_dir)
         others = [name for name in args["hosts"] if name != host]
-        other_problems, other_rule_lines = self._check_others(role, others, task_vars, rules, set(problems + rule_lines), base_dir)
+        other_problems, other_rule_lines = self._check_others(role, others, task_vars, set(problems + rule_lines), base_dir)
         node, topology_problems = deployment_node(host, task_vars)
         problems += not_for_multi_node(role, node, values)
         every = problems + other_problems + topology_problems + rule_lines + other_rule_lines
@@ -93,7 +84,7 @@ class ActionModule(ActionBase):
         result.update(changed=False, options=public, node=node, msg=f"{role}: every variable and rule checked ({1 + len(others)} host(s))")
         return result
 
-    def _check(self, role: str, lookup: Lookup, has: t.Callable[[str], bool], rules: RulesOnce, base_dir: str) -> tuple[list[str], list[str], dict[str, t.Any]]:
+    def _check(self, role: str, lookup: Lookup, has: t.Callable[[str], bool], base_dir: str) -> tuple[list[str], list[str], dict[str, t.Any]]:
         """(option problems, rule problems, converted values) of one host."""
         given: dict[str, t.Any] = {}
         problems: list[str] = []
@@ -106,12 +97,10 @@ class ActionModule(ActionBase):
             except AnsibleError as exc:
                 shown = "" if option.get("no_log") else f": {exc.message}"
                 problems.append(f"{variable} cannot be templated{shown}")
-        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules, base_dir)
+        check = check_role_values(role, given, self._target_names(lookup, has), parse_yaml, rules_checked, base_dir)
         return problems + check.problems, check.rule_problems, check.values
 
-    def _check_others(
-        self, role: str, hosts: list[str], task_vars: t.Mapping[str, t.Any], rules: RulesOnce, known: set[str], base_dir: str
-    ) -> tuple[list[str], list[str]]:
+    def _check_others(self, role: str, hosts: list[str], task_vars: t.Mapping[str, t.Any], known: set[str], base_dir: str) -> tuple[list[str], list[str]]:
         """The other hosts' (option problems, rule problems) that this host does not share, each
         followed by the hosts it concerns."""
         hostvars = task_vars.get("hostvars") or {}
@@ -122,7 +111,7 @@ class ActionModule(ActionBase):
                 options.setdefault(f"{other} is not in the inventory", [])
                 continue
             variables = hostvars[other]
-            problems, rule_found, _values = self._check(role, variables.__getitem__, variables.__contains__, rules, base_dir)
+            problems, rule_found, _values = self._check(role, variables.__getitem__, variables.__contains__, base_dir)
             for found, into in ((problems, options), (rule_found, rule_lines)):
                 for problem in found:
                     if problem not in known:

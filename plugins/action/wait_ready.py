@@ -27,9 +27,9 @@ from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
-from ansible_collections.inferops.runbooks.plugins.module_utils._rules import RuleError, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel, channel_directory
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
 display = Display()
@@ -221,11 +221,10 @@ class ActionModule(ActionBase):
         if problems:
             result.update(failed=True, reason="invalid_options", msg="; ".join(problems))
             return result
-        try:
-            # validated and compiled here once, so that a bad rule fails before the first probe
-            check_rules(args["engine"], args["extra_rules"], args["disabled_rules"])
-        except RuleError as exc:
-            result.update(failed=True, reason="invalid_rules", msg=str(exc))
+        # checked before the first probe, so that a bad rule fails at once; once per run for the same rules
+        rule_problems = rule_problems_once(args["engine"], args["extra_rules"], args["disabled_rules"])
+        if rule_problems:
+            result.update(failed=True, reason="invalid_rules", msg=rule_problems[0])
             return result
         if self._task.check_mode:
             result.update(changed=False, skipped=True, msg="check mode: not waiting")

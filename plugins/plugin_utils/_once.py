@@ -1,0 +1,90 @@
+# Copyright (c) inferops.runbooks contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller-side helper: a check done once per run of ``ansible-playbook``, whichever fork asks.
+
+Private to the collection; may change at any time. Each task of each host runs in a process of its
+own, forked from the main one, so what one fork learnt is lost to the next: checking the same
+rules again cost every phase of every host a fifth of a second (their patterns compiled and tried
+on adversarial lines). The outcome of a check is kept as a file in the run's local temporary
+directory (where ansible-core keeps the modules it built, removed when the run ends), named by a
+hash of what was checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import typing as t
+
+from ansible import constants as C
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._options import rule_problems
+
+Problems = list[str]
+
+
+def rule_problems_once(engine: str, extra_rules: t.Sequence[t.Any], disabled_rules: t.Sequence[str]) -> Problems:
+    """``rule_problems`` (without a prefix), once per run for the same rules: the prepare phase of
+    the first host checks them, every later phase and host of the run reads the outcome."""
+    return once("rules", [engine, extra_rules, disabled_rules], lambda: rule_problems(engine, extra_rules, disabled_rules))
+
+
+def once(kind: str, checked: t.Any, check: t.Callable[[], Problems]) -> Problems:
+    """``check()``'s problems for ``checked`` (JSON-able data): computed by the first process of the
+    run that asks (the hosts' forks asking at the same moment wait for it), read back by every later
+    one. A cache that cannot be read or written is skipped."""
+    path = _path(kind, checked)
+    found = _kept(path)
+    if found is not None:
+        return found
+    with _locked(f"{path}.lock"):
+        found = _kept(path)
+        if found is not None:
+            return found
+        problems = check()
+        _keep(path, problems)
+    return problems
+
+
+def _kept(path: str) -> Problems | None:
+    try:
+        with open(path, encoding="utf-8") as kept:
+            found = json.load(kept)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, list) and all(isinstance(problem, str) for problem in found) else None
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> t.Iterator[None]:
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        lock = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)
+
+
+def _path(kind: str, checked: t.Any) -> str:
+    text = json.dumps(checked, sort_keys=True, default=repr)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    return os.path.join(str(C.DEFAULT_LOCAL_TMP), "inferops-once", f"{kind}-{digest}.json")
+
+
+def _keep(path: str, problems: Problems) -> None:
+    try:
+        handle, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(problems, out)
+        os.replace(partial, path)
+    except OSError:
+        pass
