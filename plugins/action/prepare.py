@@ -94,7 +94,7 @@ class ActionModule(ActionBase):
             # the user's drain hooks run after this phase (the role's next task)
             drain_hooks_due=self.drain_hooks_due and not failure,
             steps=self.steps.done,
-            ansible_facts=self.facts,
+            ansible_facts={**self.steps.discovered, **self.facts},
             # a host that cannot be reached is out of the play, as it would be for any task
             **({"unreachable": True} if failure and failure["result"].get("unreachable") else {}),
             msg=f"{failure['step']}: {failure['result'].get('msg', 'failed')}" if failure else "prepared",

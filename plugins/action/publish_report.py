@@ -16,7 +16,8 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _render
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
+from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import with_fleet
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, deployment_verdict
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
@@ -27,6 +28,8 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     "report_dir": {"type": "str", "default": ""},
     "publish": {"type": "bool", "default": True},
     "node": {"type": "dict", "default": {}},
+    "starts": {"type": "dict"},
+    "ratio": {"type": "float", "default": _history.DEFAULT_FLEET_RATIO},
 }
 
 
@@ -73,11 +76,22 @@ class ActionModule(ActionBase):
                 failed=True, msg=f"publish_report: the report must be one of inferops.runbooks.runbook_report (with a role of {', '.join(_render.FORMS)})"
             )
             return result
+        if not args["ratio"] >= 1:
+            result.update(failed=True, msg=f"publish_report: ratio must be a number >= 1, got {args['ratio']}")
+            return result
         host = str(task_vars.get("inventory_hostname", ""))
+        fact = f"{report['role']}_report"
+        starts = plain(args["starts"])
+        if starts is not None:
+            report = with_fleet(report, starts, args["ratio"])
+            result["ansible_facts"] = {fact: report}
         if node.get("multi_node"):
             hostvars = t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})
+            nodes = node_reports(node, hostvars, fact)
+            if starts is not None:
+                nodes = [with_fleet(found, starts, args["ratio"]) for found in nodes]
             try:
-                report = deployment_verdict(str(node.get("deployment")), node_reports(node, hostvars, f"{report['role']}_report"))
+                report = deployment_verdict(str(node.get("deployment")), nodes)
             except TopologyError as exc:
                 result.update(failed=True, msg=f"publish_report: {exc}")
                 return result

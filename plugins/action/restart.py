@@ -39,7 +39,10 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     history_args,
     kept,
     port_host,
+    systemctl,
     wait_args,
+    wait_gone,
+    wait_port_free,
 )
 
 display = Display()
@@ -276,9 +279,9 @@ class ActionModule(ActionBase):
         if not args["restart"] or args["inflight_invocation"]:
             return
         self._together(args, task_vars, together, "stop", "stopped")
-        state = "started" if stops_first(options, node) else "restarted"
-        step = "Restart | Start the unit" if state == "started" else "Restart | Restart the unit in place"
-        steps.module("restart", step, "ansible.builtin.systemd_service", {"name": options["unit"], "state": state})
+        verb = "start" if stops_first(options, node) else "restart"
+        step = "Restart | Start the unit" if verb == "start" else "Restart | Restart the unit in place"
+        systemctl(steps, "restart", step, verb, options["unit"])
 
     def _verify(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None) -> None:
         """The wait, one token, the start history, the canary, the record that the configuration passed."""
@@ -391,37 +394,18 @@ class ActionModule(ActionBase):
 
     def _stop_and_release(self, steps: Steps, args: t.Mapping[str, t.Any]) -> None:
         options, before = args["options"], args["before"]
-        timeout = options["release_timeout"]
-        steps.module("restart", "Restart | Stop the unit", "ansible.builtin.systemd_service", {"name": options["unit"], "state": "stopped"})
+        unit, timeout = options["unit"], options["release_timeout"]
+        systemctl(steps, "restart", "Restart | Stop the unit", "stop", unit)
         pid = int(before.get("MainPID") or 0)
         if pid > 0:
-            steps.module(
-                "restart",
-                "Restart | Wait until the old main process has exited",
-                "ansible.builtin.wait_for",
-                {
-                    "path": f"/proc/{pid}",
-                    "state": "absent",
-                    "timeout": timeout,
-                    "msg": f"The old main process {pid} of {options['unit']} is still running {timeout} s after the stop.",
-                },
-            )
+            gone = f"The old main process {pid} of {unit} is still running {timeout} s after the stop."
+            wait_gone(steps, "restart", "Restart | Wait until the old main process has exited", pid, timeout, gone)
         address = f"{port_host(options)}:{options['port']}"
-        steps.module(
-            "restart",
-            "Restart | Wait until the port is released",
-            "ansible.builtin.wait_for",
-            {
-                "host": port_host(options),
-                "port": options["port"],
-                "state": "stopped",
-                "timeout": timeout,
-                "msg": (
-                    f"{address} still accepts connections {timeout} s after {options['unit']} stopped: a leftover process holds the port,"
-                    ' and a new start would fail with "Address already in use".'
-                ),
-            },
+        held = (
+            f"{address} still accepts connections {timeout} s after {unit} stopped: a leftover process holds the port,"
+            ' and a new start would fail with "Address already in use".'
         )
+        wait_port_free(steps, "restart", "Restart | Wait until the port is released", options["port"], timeout, held)
 
     def _preflight(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
         """A node of a deployment goes on only when every other node got through its preflight (the

@@ -18,7 +18,7 @@ import typing as t
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import fleet_starts, runbook_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
@@ -117,7 +117,15 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"The report cannot be assembled: {exc}")
             report = {}
         result.update(
-            changed=restored is True, steps=steps.done, decision=decision, traffic=traffic, report=report, report_dir=report_dir(state["options"], steps)
+            changed=restored is True,
+            steps=steps.done,
+            decision=decision,
+            traffic=traffic,
+            report=report,
+            report_dir=report_dir(state["options"], steps),
+            # what the report step of the play's other hosts compares their starts with
+            fleet_start=fleet_starts([report]),
+            ansible_facts={f"{ROLE}_report": report},
         )
         return result
 

@@ -115,26 +115,50 @@ BUNDLE_PACKAGE = "ansible_collections/inferops/runbooks/plugins/module_utils"
 
 
 def probe_bundle() -> bytes:
-    """The probe's code for the managed host: the collection's module_utils (standard library only)
-    in their package, with the package markers that keep another ansible_collections from shadowing it."""
+    """The probe's code for the managed host: the collection's module_utils (standard library only,
+    with their subpackages) in their package, with the package markers that keep another
+    ansible_collections from shadowing it."""
     source = os.path.dirname(_probe.__file__)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
         parts = BUNDLE_PACKAGE.split("/")
-        for depth in range(1, len(parts) + 1):
+        for depth in range(1, len(parts)):
             bundle.writestr("/".join(parts[:depth]) + "/__init__.py", "")
-        for name in sorted(os.listdir(source)):
-            if name.endswith(".py") and name != "__init__.py":
-                with open(os.path.join(source, name), "rb") as handle:
-                    bundle.writestr(f"{BUNDLE_PACKAGE}/{name}", handle.read())
+        for directory, subdirectories, names in os.walk(source):
+            subdirectories[:] = sorted(name for name in subdirectories if not name.startswith((".", "__pycache__")))
+            inside = os.path.relpath(directory, source)
+            package = BUNDLE_PACKAGE if inside == "." else f"{BUNDLE_PACKAGE}/{inside}"
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    with open(os.path.join(directory, name), "rb") as handle:
+                        bundle.writestr(f"{package}/{name}", handle.read())
+            if "__init__.py" not in names:
+                bundle.writestr(f"{package}/__init__.py", "")
     return buffer.getvalue()
+
+
+def known_python(action: ActionBase, task_vars: t.Mapping[str, t.Any]) -> str | None:
+    """The host's Python as Ansible knows it before running anything there: the inventory's
+    ``ansible_python_interpreter`` (unless left to discovery), or the one an earlier task discovered."""
+    given = task_vars.get("ansible_python_interpreter")
+    if given is not None:
+        try:
+            value = action._templar.template(given)
+        except AnsibleError:
+            value = None
+        if isinstance(value, str) and value.startswith("/"):
+            return str(value)
+    facts = task_vars.get("ansible_facts")
+    found = facts.get("discovered_interpreter_python") if isinstance(facts, t.Mapping) else None
+    return str(found) if isinstance(found, str) and found.startswith("/") else None
 
 
 class FastTransport(Transport):
     """Transport whose looks after the first run as a plain Python process on the managed host: the
     probe's code (stdlib only) is copied there once per wait, so that a look pays neither AnsiballZ's
-    payload nor compiling it again (Python keeps the bytecode). The first look, and every look after
-    the fast way failed to set up or to run, is the service_probe module."""
+    payload nor compiling it again (Python keeps the bytecode). The first look too when the host's
+    Python is known; otherwise the first look, and every look after the fast way failed to set up or
+    to run, is the service_probe module."""
 
     def __init__(self, action: ActionModule, wait: Wait, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
         super().__init__(action, wait, args, task_vars)
@@ -145,11 +169,15 @@ class FastTransport(Transport):
         # then compiling it in the first look) delays that node's first sight of its journal, and the
         # node that stalled first, the deployment's root cause, is named by when each node saw its last progress
         self.usable = not action._play_context.become and bool(getattr(action._connection, "has_pipelining", False)) and not wait.in_deployment
+        self.known_python = known_python(action, task_vars)
 
     def __call__(self, probe: Probe) -> ProbeResult:
         if probe.reset_connection:
             self.reset_connection()
-        if not self.usable or self.bundle is None or probe.pinning:
+        elif self.usable and self.bundle is None and self.known_python:
+            self.install(self.known_python)
+        # after a lost connection (the host may have rebooted, its copy gone) the first look is the module's
+        if not self.usable or self.bundle is None or (probe.pinning and probe.reset_connection):
             result = self.run_module(probe)
             if self.usable and self.bundle is None and result.get("python"):
                 self.install(str(t.cast(t.Mapping[str, t.Any], result)["python"]))

@@ -778,12 +778,18 @@ def fleet_section(report: t.Mapping[str, t.Any], reports: t.Iterable[t.Any], rat
     configuration among ``reports`` (the play's reports so far, its own among them), from
     ``_history.fleet_compare``; unchanged when it has no history section or too few peers. Its own
     host's entry among ``reports`` is this report (an earlier one of the host, or none, is replaced)."""
+    return with_fleet(report, fleet_starts(reports), ratio)
+
+
+def with_fleet(report: t.Mapping[str, t.Any], starts: t.Mapping[str, t.Any], ratio: float = _history.DEFAULT_FLEET_RATIO) -> Report:
+    """``fleet_section`` from the peers' starts as ``fleet_starts`` gives them (what a phase of each
+    host hands on, instead of its whole report)."""
     history = report.get("history")
     if not isinstance(history, t.Mapping) or "good_starts" not in history:
         return dict(report)
     host = _text(report.get("host"))
-    peers = [other for other in reports if not (isinstance(other, t.Mapping) and _text(other.get("host")) == host)]
-    found = _history.fleet_compare(fleet_starts([*peers, report]), ratio).get(host)
+    peers = {name: start for name, start in starts.items() if name != host and isinstance(start, t.Mapping)}
+    found = _history.fleet_compare({**peers, **fleet_starts([report])}, ratio).get(host)
     return {**report, "history": {**history, "fleet": found}}
 
 

@@ -51,6 +51,16 @@ options:
         C(hosts). A single host's (or none) reports itself.
     type: dict
     default: {}
+  starts:
+    description:
+      - The good starts of the play's hosts so far, C({host: {config, total}}) (what M(inferops.runbooks.settle)
+        returns as C(fleet_start) for each host). When given, the report gets C(history.fleet), its start against
+        its peers' on the same configuration, and is returned as the fact C(<role>_report).
+    type: dict
+  ratio:
+    description: How many times the median of its peers' starts a host's start takes to be called slow, with O(starts).
+    type: float
+    default: 2.0
 seealso:
   - module: inferops.runbooks.write_report
   - module: inferops.runbooks.fleet_report
@@ -72,6 +82,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: The report with C(history.fleet), as the fact C(<role>_report).
+  returned: when O(starts) is given
+  type: dict
+  contains:
+    sglang_restart_report:
+      description: The report of a restart.
+      type: dict
+      returned: for a report of sglang_restart
 verdict:
   description: The verdict of the report - the host's, or its deployment's.
   returned: always

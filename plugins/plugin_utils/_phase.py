@@ -10,6 +10,7 @@ Private to the collection; may change at any time. Controller side.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 import typing as t
 
@@ -37,6 +38,9 @@ class Steps:
         self.done: list[dict[str, t.Any]] = []
         # the modules' warnings, passed on to the phase's result for Ansible to show
         self.warnings: list[str] = []
+        # the host's Python, when a module's run discovered it: passed on as a fact (as a module task
+        # does), so that the later phases know it before they run anything on the host
+        self.discovered: dict[str, t.Any] = {}
 
     def module(
         self,
@@ -58,10 +62,28 @@ class Steps:
         with self.outside_check_mode(always), self.censored(secret):
             result: Result = self.action._execute_module(module_name=name, module_args=dict(args), task_vars=self.task_vars)
         self.note(step, result, time.monotonic() - started)
+        facts = result.get("ansible_facts")
+        if isinstance(facts, t.Mapping) and facts.get("discovered_interpreter_python"):
+            self.discovered = {"discovered_interpreter_python": facts["discovered_interpreter_python"]}
         self.warnings.extend(str(warning) for warning in result.get("warnings") or [] if str(warning) not in self.warnings)
         if shown is not None and not result.get("failed"):
             self.done[-1]["saw"] = dict(shown(result))
         if (result.get("failed") or result.get("unreachable")) and not may_fail:
+            raise StepFailed(stage, step, result)
+        return result
+
+    def command(self, stage: str, step: str, argv: t.Sequence[str], msg: str = "") -> Result:
+        """Runs a command on the host over the connection, as ansible-core's ``reboot`` action runs its
+        own (no module to build and send); StepFailed when it exits non-zero, with ``msg`` and what it
+        printed. Never in check mode: the phases that call it return their plan before."""
+        started = time.monotonic()
+        ran = self.action._low_level_execute_command(" ".join(shlex.quote(str(word)) for word in argv), sudoable=True)
+        result: Result = {"rc": ran.get("rc"), "stdout": str(ran.get("stdout") or ""), "stderr": str(ran.get("stderr") or "")}
+        if ran.get("rc") != 0:
+            printed = (result["stderr"] or result["stdout"]).strip()
+            result.update(failed=True, msg=" ".join(part for part in (msg or f"{argv[0]} exited with {ran.get('rc')}.", printed) if part))
+        self.note(step, result, time.monotonic() - started)
+        if result.get("failed"):
             raise StepFailed(stage, step, result)
         return result
 

@@ -27,7 +27,9 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     history_args,
     kept,
     port_host,
+    systemctl,
     wait_args,
+    wait_port_free,
 )
 
 STEP = "Rollback"
@@ -105,7 +107,7 @@ class Rollback:
         """The failed start stopped, the previous files back, systemd reloaded, the unit loading again."""
         unit = args["options"]["unit"]
         if args["stopped"]:
-            steps.module("rollback", f"{STEP} | Stop the unit of the failed start", "ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
+            systemctl(steps, "rollback", f"{STEP} | Stop the unit of the failed start", "stop", unit)
         for entry in args["files"]:
             if entry.get("existed"):
                 steps.module(
@@ -138,15 +140,12 @@ class Rollback:
         """The previous configuration started and followed with the same gates; its canary is measured
         beside the failed start's (a host slow on both is slow for another reason) and never fails it."""
         options = args["options"]
-        steps.module(
-            "rollback",
-            f"{STEP} | Wait until the port is released",
-            "ansible.builtin.wait_for",
-            {"host": port_host(options), "port": options["port"], "state": "stopped", "timeout": options["release_timeout"]},
-        )
+        timeout = options["release_timeout"]
+        held = f"{port_host(options)}:{options['port']} still accepts connections {timeout} s after the failed start stopped."
+        wait_port_free(steps, "rollback", f"{STEP} | Wait until the port is released", options["port"], timeout, held)
         facts["started_at"] = time.time()
         self.record(steps, args, facts, "rollback_wait", "Note in the run record that the previous configuration starts")
-        steps.module("rollback", f"{STEP} | Start the unit", "ansible.builtin.systemd_service", {"name": options["unit"], "state": "started"})
+        systemctl(steps, "rollback", f"{STEP} | Start the unit", "start", options["unit"])
         previous = str(facts.get("before", {}).get("InvocationID") or "") or None
         start.wait(seen, wait_args(options, hidden, {}, previous))
         if generates_wanted(options, seen, 0):

@@ -39,6 +39,29 @@ def server_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+# seconds to wait (2nd argument) until process 1st argument has exited; POSIX sh, as on every host
+_WAIT_GONE = 'end=$(( $(date +%s) + $2 )); while [ -e "/proc/$1" ]; do [ "$(date +%s)" -lt "$end" ] || exit 1; sleep 0.2; done'
+# the same until no socket listens on port 1st argument (state 0A in the kernel's IPv4 and IPv6 tables)
+_WAIT_PORT_FREE = (
+    'port=$(printf %04X "$1"); end=$(( $(date +%s) + $2 ));'
+    ' while grep -qi ":$port [0-9a-f]*:[0-9a-f]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null;'
+    ' do [ "$(date +%s)" -lt "$end" ] || exit 1; sleep 0.2; done'
+)
+
+
+def systemctl(steps: Steps, stage: str, step: str, verb: str, unit: str) -> None:
+    """``systemctl start``, ``stop`` or ``restart`` of the unit (blocking until systemd's job ends)."""
+    steps.command(stage, step, ["systemctl", verb, "--", unit], f"systemctl {verb} {unit} failed.")
+
+
+def wait_gone(steps: Steps, stage: str, step: str, pid: int, timeout: int, msg: str) -> None:
+    steps.command(stage, step, ["sh", "-c", _WAIT_GONE, "sh", str(int(pid)), str(int(timeout))], msg)
+
+
+def wait_port_free(steps: Steps, stage: str, step: str, port: int, timeout: int, msg: str) -> None:
+    steps.command(stage, step, ["sh", "-c", _WAIT_PORT_FREE, "sh", str(int(port)), str(int(timeout))], msg)
+
+
 def port_host(options: Options) -> str:
     """Where the port is checked after a stop: the host of the health URL (on the target)."""
     return urllib.parse.urlsplit(str(options["health_url"])).hostname or "127.0.0.1"

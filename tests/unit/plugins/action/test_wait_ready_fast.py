@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import typing as t
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +143,46 @@ def test_the_bundle_is_the_probes_standard_library_code_in_its_package() -> None
         for name in names:
             text = bundle.read(name).decode()
             assert "from ansible." not in text and "import ansible." not in text, name
+
+
+class Templar:
+    def template(self, value: t.Any) -> t.Any:
+        return value
+
+
+@pytest.mark.parametrize(
+    "task_vars",
+    [{"ansible_python_interpreter": "/usr/bin/python3"}, {"ansible_facts": {"discovered_interpreter_python": "/usr/bin/python3"}}],
+    ids=["inventory", "discovered"],
+)
+def test_with_the_hosts_python_known_the_first_look_is_already_a_plain_process(task_vars: dict[str, t.Any]) -> None:
+    action = ActionStandIn([ran(LOOK), ran(LOOK), ran(LOOK)])
+    action._templar = Templar()  # type: ignore[attr-defined]
+    wait = Wait(Settings(), 0.0)
+    send = FastTransport(t.cast(t.Any, action), wait, ARGS, task_vars)
+    send(Probe(watch=0.0, health=False, pinning=True))
+    send(Probe(watch=5.0))
+    assert not action.modules and list(action.transferred) == ["/root/.ansible/tmp/inferops-probe-abc/probe.zip"]
+    # after a lost connection the host may have rebooted: its first look is the module's
+    send(Probe(watch=0.0, health=False, pinning=True, reset_connection=True))
+    send(Probe(watch=5.0))
+    assert len(action.modules) == 1 and not action.answers[1:]
+
+
+def test_discovery_left_to_ansible_is_no_known_python() -> None:
+    action = ActionStandIn([])
+    action._templar = Templar()  # type: ignore[attr-defined]
+    send = FastTransport(t.cast(t.Any, action), Wait(Settings(), 0.0), ARGS, {"ansible_python_interpreter": "auto_silent"})
+    send(Probe(watch=0.0, health=False, pinning=True))
+    assert len(action.modules) == 1
+
+
+def test_the_bundle_imports_the_probe_with_nothing_but_itself(tmp_path: Path) -> None:
+    """Every module the probe imports is in the bundle (a subpackage left out once sent every look back
+    to the module): the bundle unpacked and imported by an isolated Python, which sees no site-packages."""
+    with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
+        bundle.extractall(tmp_path)
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {BUNDLE_PACKAGE.replace('/', '.')}._probe as probe; print(probe.__file__)"
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(str(tmp_path))
