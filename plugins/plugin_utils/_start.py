@@ -39,11 +39,12 @@ def server_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-# seconds to wait (2nd argument) until process 1st argument has exited; POSIX sh, as on every host
-_WAIT_GONE = 'end=$(( $(date +%s) + $2 )); while [ -e "/proc/$1" ]; do [ "$(date +%s)" -lt "$end" ] || exit 1; sleep 0.2; done'
+# at least the seconds of the 2nd argument (and less than one more) until process 1st argument has
+# exited; POSIX sh, as on every host
+_WAIT_GONE = 'end=$(( $(date +%s) + $2 + 1 )); while [ -e "/proc/$1" ]; do [ "$(date +%s)" -lt "$end" ] || exit 1; sleep 0.2; done'
 # the same until no socket listens on port 1st argument (state 0A in the kernel's IPv4 and IPv6 tables)
 _WAIT_PORT_FREE = (
-    'port=$(printf %04X "$1"); end=$(( $(date +%s) + $2 ));'
+    'port=$(printf %04X "$1"); end=$(( $(date +%s) + $2 + 1 ));'
     ' while grep -qi ":$port [0-9a-f]*:[0-9a-f]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null;'
     ' do [ "$(date +%s)" -lt "$end" ] || exit 1; sleep 0.2; done'
 )
