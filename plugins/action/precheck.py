@@ -100,6 +100,7 @@ class ActionModule(ActionBase):
             self._look(steps, observed, hidden)
             self._generate(steps, observed, api_key, hidden)
         finally:
+            steps.close()
             self._remove_tmp_path(self._connection._shell.tmpdir)
         report = runbook_report(observed, ROLE)
         node = observed["node"] or single_node(host)

@@ -26,6 +26,7 @@ from ansible.plugins.loader import lookup_loader
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as decide
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
@@ -85,6 +86,7 @@ class ActionModule(ActionBase):
         except StepFailed as failed:
             self.facts["sglang_restart_failure"] = failed.failure
         finally:
+            self.steps.close()
             self._remove_tmp_path(self._connection._shell.tmpdir)
         failure = self.facts["sglang_restart_failure"]
         result.update(
@@ -380,5 +382,4 @@ class ActionModule(ActionBase):
             display.display(f"{self.host}: {line}")
 
     def _worker_url(self) -> str:
-        given = self.options.get("worker_url")
-        return str(given) if given else f"http://{self.task_vars.get('ansible_host') or self.host}:{self.options['port']}"
+        return _observed.worker_url(self.options, str(self.task_vars.get("ansible_host") or self.host))

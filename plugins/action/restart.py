@@ -222,6 +222,7 @@ class ActionModule(ActionBase):
             # the run record cannot be settled after the rollback: the host fails here, as a failed task would
             result.update(failed=True, msg=str(failed))
         finally:
+            steps.close()
             self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(
             changed=bool(facts["stopped"] or facts.get("rollback")),

@@ -108,6 +108,7 @@ class ActionModule(ActionBase):
             # the record cannot be written: the host fails here, as a failed task would
             result.update(failed=True, msg=str(failed))
         finally:
+            steps.close()
             self._remove_tmp_path(self._connection._shell.tmpdir)
         traffic = {"restored": restored, "failure": failure}
         went_back = {"restored": restored, "error": failure.get("msg") if failure else None}

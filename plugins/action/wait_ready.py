@@ -11,24 +11,19 @@ ends the wait at once.
 
 from __future__ import annotations
 
-import io
-import json
-import os
-import shlex
 import time
 import typing as t
-import zipfile
 
 from ansible import constants as C
-from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleConnectionFailure
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
 from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel, channel_directory
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import HostCode, known_python, usable
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
@@ -100,59 +95,6 @@ class Transport:
             display.vvv(f"wait_ready: connection reset failed: {exc}", host=self.wait.settings.host)
 
 
-BOOT = """import os, sys
-bundle = sys.argv[1]
-lib = bundle[:-4]
-if not os.path.isdir(lib):
-    import zipfile
-    zipfile.ZipFile(bundle).extractall(lib + ".part")
-    os.rename(lib + ".part", lib)
-sys.path.insert(0, lib)
-from ansible_collections.inferops.runbooks.plugins.module_utils._probe import cli
-cli()
-"""
-BUNDLE_PACKAGE = "ansible_collections/inferops/runbooks/plugins/module_utils"
-
-
-def probe_bundle() -> bytes:
-    """The probe's code for the managed host: the collection's module_utils (standard library only,
-    with their subpackages) in their package, with the package markers that keep another
-    ansible_collections from shadowing it."""
-    source = os.path.dirname(_probe.__file__)
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
-        parts = BUNDLE_PACKAGE.split("/")
-        for depth in range(1, len(parts)):
-            bundle.writestr("/".join(parts[:depth]) + "/__init__.py", "")
-        for directory, subdirectories, names in os.walk(source):
-            subdirectories[:] = sorted(name for name in subdirectories if not name.startswith((".", "__pycache__")))
-            inside = os.path.relpath(directory, source)
-            package = BUNDLE_PACKAGE if inside == "." else f"{BUNDLE_PACKAGE}/{inside}"
-            for name in sorted(names):
-                if name.endswith(".py"):
-                    with open(os.path.join(directory, name), "rb") as handle:
-                        bundle.writestr(f"{package}/{name}", handle.read())
-            if "__init__.py" not in names:
-                bundle.writestr(f"{package}/__init__.py", "")
-    return buffer.getvalue()
-
-
-def known_python(action: ActionBase, task_vars: t.Mapping[str, t.Any]) -> str | None:
-    """The host's Python as Ansible knows it before running anything there: the inventory's
-    ``ansible_python_interpreter`` (unless left to discovery), or the one an earlier task discovered."""
-    given = task_vars.get("ansible_python_interpreter")
-    if given is not None:
-        try:
-            value = action._templar.template(given)
-        except AnsibleError:
-            value = None
-        if isinstance(value, str) and value.startswith("/"):
-            return str(value)
-    facts = task_vars.get("ansible_facts")
-    found = facts.get("discovered_interpreter_python") if isinstance(facts, t.Mapping) else None
-    return str(found) if isinstance(found, str) and found.startswith("/") else None
-
-
 class FastTransport(Transport):
     """Transport whose looks after the first run as a plain Python process on the managed host: the
     probe's code (stdlib only) is copied there once per wait, so that a look pays neither AnsiballZ's
@@ -162,60 +104,32 @@ class FastTransport(Transport):
 
     def __init__(self, action: ActionModule, wait: Wait, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
         super().__init__(action, wait, args, task_vars)
-        self.python: str | None = None
-        self.bundle: str | None = None
-        self.directory: str | None = None
+        self.code = HostCode(action, "wait_ready")
         # a node of a deployment keeps the module's looks: the plain process's set-up (copying the code,
         # then compiling it in the first look) delays that node's first sight of its journal, and the
         # node that stalled first, the deployment's root cause, is named by when each node saw its last progress
-        self.usable = not action._play_context.become and bool(getattr(action._connection, "has_pipelining", False)) and not wait.in_deployment
+        self.usable = usable(action) and not wait.in_deployment
         self.known_python = known_python(action, task_vars)
 
     def __call__(self, probe: Probe) -> ProbeResult:
         if probe.reset_connection:
             self.reset_connection()
-        elif self.usable and self.bundle is None and self.known_python:
-            self.install(self.known_python)
+        elif self.usable and not self.code.installed and self.known_python:
+            self.usable = self.code.install(self.known_python)
         # after a lost connection (the host may have rebooted, its copy gone) the first look is the module's
-        if not self.usable or self.bundle is None or (probe.pinning and probe.reset_connection):
+        if not self.usable or not self.code.installed or (probe.pinning and probe.reset_connection):
             result = self.run_module(probe)
-            if self.usable and self.bundle is None and result.get("python"):
-                self.install(str(t.cast(t.Mapping[str, t.Any], result)["python"]))
+            if self.usable and not self.code.installed and result.get("python"):
+                self.usable = self.code.install(str(t.cast(t.Mapping[str, t.Any], result)["python"]))
             return result
         return self.run_fast(probe)
 
-    def install(self, python: str) -> None:
-        """Copy the probe's code to a directory of its own under the remote temporary directory."""
-        try:
-            remote_tmp = self.action.get_shell_option("remote_tmp", default="~/.ansible/tmp")
-            made = self.action._low_level_execute_command(
-                f"umask 77 && mkdir -p {remote_tmp} && mktemp -d {remote_tmp}/inferops-probe-XXXXXXXX", sudoable=False
-            )
-            directory = str(made.get("stdout", "")).strip()
-            if made.get("rc") != 0 or not directory.startswith("/"):
-                raise AnsibleError(f"mktemp failed: {made.get('stderr')}")
-            self.directory = directory
-            bundle = f"{directory}/probe.zip"
-            self.action._transfer_data(bundle, probe_bundle())
-        except (AnsibleError, OSError) as exc:
-            display.vvv(f"wait_ready: looks stay module runs ({exc})", host=self.wait.settings.host)
-            self.usable = False
-            return
-        self.python, self.bundle = python, bundle
-
     def run_fast(self, probe: Probe) -> ProbeResult:
-        cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, str(self.bundle)))
         try:
-            ran = self.action._low_level_execute_command(cmd, sudoable=False, in_data=json.dumps(self.module_args(probe)))
+            result = self.code.run("_probe", self.module_args(probe))
         except AnsibleConnectionFailure as exc:
             raise ConnectionLost(str(exc)) from None
-        try:
-            result = json.loads(ran.get("stdout") or "")
-        except ValueError:
-            display.vvv(
-                f"wait_ready: the probe did not run (rc={ran.get('rc')}: {str(ran.get('stderr'))[-300:]}); looks are module runs again",
-                host=self.wait.settings.host,
-            )
+        if result is None:
             self.usable = False
             return self.run_module(probe)
         result = remove_values(result, set(self.args.get("redact") or []))
@@ -224,13 +138,7 @@ class FastTransport(Transport):
         return t.cast(ProbeResult, result)
 
     def cleanup(self) -> None:
-        if self.directory is None:
-            return
-        try:
-            self.action._low_level_execute_command(f"rm -rf {shlex.quote(self.directory)}", sudoable=False)
-        except AnsibleError as exc:
-            display.vvv(f"wait_ready: could not remove {self.directory}: {exc}", host=self.wait.settings.host)
-        self.directory = None
+        self.code.cleanup()
 
 
 class ActionModule(ActionBase):

@@ -105,46 +105,13 @@ host_files:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _run_record  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "unit": {"type": "str", "required": True},
-            "state_dir": {"type": "path", "default": _run_record.STATE_DIR},
-            "step": {"type": "str", "choices": list(_run_record.STEPS)},
-            "run_id": {"type": "str"},
-            "updates": {"type": "dict", "default": {}},
-            "files": {"type": "list", "elements": "path", "default": []},
-        },
-        required_by={"step": "run_id"},
-        supports_check_mode=True,
-    )
-    params = module.params
-    try:
-        path = _run_record.record_path(params["unit"], params["state_dir"])
-    except _run_record.RecordError as exc:
-        module.fail_json(msg=str(exc))
-    record, problem = _run_record.read(path, params["unit"])
-    recorded = [entry["path"] for entry in ((record or {}).get("change") or {}).get("files") or []]
-    host_files = {
-        name: {"sha256": _run_record.sha256_of(name), "previous_sha256": _run_record.sha256_of(name + ".previous")} for name in [*params["files"], *recorded]
-    }
-    changed = False
-    if params["step"]:
-        try:
-            advanced = _run_record.advance(record, params["unit"], params["run_id"], params["step"], params["updates"])
-        except _run_record.RecordError as exc:
-            module.fail_json(msg=f"run record of {params['unit']}: {exc}", path=path)
-        record = advanced
-        if not module.check_mode:
-            try:
-                _run_record.write(path, advanced)
-            except OSError as exc:
-                module.fail_json(msg=f"cannot write the run record {path}: {exc}", path=path)
-        changed = True
-    module.exit_json(changed=changed, path=path, record=record, problem=problem, host_files=host_files)
+    call = CALLS["run_record"]
+    module = AnsibleModule(argument_spec=call.spec, required_by=call.required_by, supports_check_mode=True)
+    run_module(module, "run_record")
 
 
 if __name__ == "__main__":

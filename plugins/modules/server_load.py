@@ -134,39 +134,13 @@ drain:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _engines, _load  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "engine": {"type": "str", "default": "sglang", "choices": list(_engines.ENGINE_NAMES)},
-            "api_key": {"type": "str", "no_log": True},
-            "timeout": {"type": "float", "default": 300},
-            "interval": {"type": "float", "default": 5},
-            "unknown_load": {"type": "str", "default": "wait", "choices": list(_load.UNKNOWN_LOAD)},
-            "node_rank": {"type": "int", "default": 0},
-            "validate_certs": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["node_rank"] >= 1:
-        module.exit_json(changed=False, drain=_load.not_read_on_a_worker_node(params["url"], params["node_rank"]))
-    try:
-        drain = _load.wait_until_idle(
-            params["url"],
-            params["engine"],
-            params["api_key"] or None,
-            params["timeout"],
-            params["interval"],
-            _load.http_fetch(params["validate_certs"]),
-            params["unknown_load"],
-        )
-    except _load.LoadError as exc:
-        module.fail_json(msg=f"server_load: {exc}")
-    module.exit_json(changed=False, drain=drain)
+    call = CALLS["server_load"]
+    module = AnsibleModule(argument_spec=call.spec, supports_check_mode=True)
+    run_module(module, "server_load")
 
 
 if __name__ == "__main__":

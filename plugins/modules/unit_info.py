@@ -67,33 +67,13 @@ graceful_shutdown:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import UNIT_OPTIONS, merged  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._shutdown import PROPERTIES, graceful_shutdown, show_values  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import SystemdError, unit_name_problem, unit_state  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=merged(UNIT_OPTIONS), supports_check_mode=True)
-    unit = module.params["unit"]
-    problem = unit_name_problem(unit)
-    if problem:
-        module.fail_json(msg=f"unit {unit!r} {problem}")
-    systemctl = module.get_bin_path("systemctl", required=True)
-    try:
-        state = unit_state(unit, lambda argv: module.run_command(list(argv)), systemctl)
-    except SystemdError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, unit=state, graceful_shutdown=stop_and_drain(module, systemctl, unit))
-
-
-def stop_and_drain(module: AnsibleModule, systemctl: str, unit: str) -> dict[str, object]:
-    """vLLM's drain on a stop against the unit's stop timeout; a warning when the stop would cut it short."""
-    argv = [systemctl, "show", unit, "--no-pager", *(f"--property={name}" for name in PROPERTIES)]
-    code, out, _err = module.run_command(argv)
-    found = graceful_shutdown(show_values(out) if code == 0 else {}, unit)
-    if found["warning"]:
-        module.warn(str(found["warning"]))
-    return found
+    call = CALLS["unit_info"]
+    module = AnsibleModule(argument_spec=call.spec, supports_check_mode=True)
+    run_module(module, "unit_info")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,11 @@ def router_of(facts: Facts) -> str:
 
 
 def worker_url_of(facts: Facts, address: str) -> str:
-    options = options_of(facts)
+    return worker_url(options_of(facts), address)
+
+
+def worker_url(options: t.Mapping[str, t.Any], address: str) -> str:
+    """The server as the router knows it: the one given, or the host's address with the server's port."""
     return str(options.get("worker_url") or f"http://{address}:{options.get('port')}")
 
 

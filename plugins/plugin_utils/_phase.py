@@ -15,10 +15,35 @@ import time
 import typing as t
 
 from ansible.errors import AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.parameters import remove_values
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _hostcall
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import HostCode, known_python, usable
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 Result = dict[str, t.Any]
+
+
+COLLECTION = "inferops.runbooks."
+
+
+def checked_params(call: _hostcall.Call, args: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], set[str]] | None:
+    """The call's parameters, with their defaults, as AnsibleModule would make them on the host, and
+    the values its spec keeps out of the output; None when they are wrong (the module then says so)
+    or hold a path that only the host could expand."""
+    spec = {name: {**option, "type": "str"} if option.get("type") == "path" else dict(option) for name, option in call.spec.items()}
+    paths = [name for name, option in call.spec.items() if option.get("type") == "path"]
+    validated = ArgumentSpecValidator(spec, required_by=call.required_by).validate(dict(args))
+    if validated.error_messages:
+        return None
+    params = dict(validated.validated_parameters)
+    for name in paths:
+        found = params.get(name)
+        values: list[t.Any] = found if isinstance(found, list) else [found]
+        if any(isinstance(value, str) and not value.startswith("/") for value in values):
+            return None
+    return params, set(validated._no_log_values)
 
 
 class StepFailed(Exception):
@@ -41,6 +66,8 @@ class Steps:
         # the host's Python, when a module's run discovered it: passed on as a fact (as a module task
         # does), so that the later phases know it before they run anything on the host
         self.discovered: dict[str, t.Any] = {}
+        # the collection's code on the host for plain calls: not tried yet (None), not usable (False)
+        self.code: HostCode | t.Literal[False] | None = None
 
     def module(
         self,
@@ -60,7 +87,7 @@ class Steps:
         ``shown`` picks what ``-v`` shows of its result."""
         started = time.monotonic()
         with self.outside_check_mode(always), self.censored(secret):
-            result: Result = self.action._execute_module(module_name=name, module_args=dict(args), task_vars=self.task_vars)
+            result: Result = self.plain_call(name, args) or self.action._execute_module(module_name=name, module_args=dict(args), task_vars=self.task_vars)
         self.note(step, result, time.monotonic() - started)
         facts = result.get("ansible_facts")
         if isinstance(facts, t.Mapping) and facts.get("discovered_interpreter_python"):
@@ -71,6 +98,36 @@ class Steps:
         if (result.get("failed") or result.get("unreachable")) and not may_fail:
             raise StepFailed(stage, step, result)
         return result
+
+    def plain_call(self, name: str, args: t.Mapping[str, t.Any]) -> Result | None:
+        """The collection's module ``name`` run as a plain process over the connection (its arguments
+        checked here against its own spec, ``_hostcall.CALLS``); None when it cannot be, or when it
+        did not run: then the module runs, and says what is wrong with its arguments."""
+        call = _hostcall.CALLS.get(name.removeprefix(COLLECTION))
+        if call is None or not name.startswith(COLLECTION) or self.code is False:
+            return None
+        params = checked_params(call, args)
+        if params is None:
+            return None
+        if self.code is None:
+            python = known_python(self.action, {**self.task_vars, "ansible_facts": {**(self.task_vars.get("ansible_facts") or {}), **self.discovered}})
+            if python is None:
+                return None  # the module runs, and discovers it
+            code = HostCode(self.action, name)
+            self.code = code if usable(self.action) and code.install(python) else False
+            if self.code is False:
+                return None
+        request = {"call": name.removeprefix(COLLECTION), "params": params[0], "check_mode": bool(self.action._task.check_mode)}
+        result = self.code.run("_hostcall", request)
+        if result is None:
+            self.code = False
+            return None
+        return t.cast(Result, remove_values(result, params[1]))
+
+    def close(self) -> None:
+        """Removes the collection's code from the host, when a plain call copied it there."""
+        if self.code:
+            self.code.cleanup()
 
     def command(self, stage: str, step: str, argv: t.Sequence[str], msg: str = "") -> Result:
         """Runs a command on the host over the connection, as ansible-core's ``reboot`` action runs its

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, BUNDLE_PACKAGE, FastTransport, probe_bundle
+from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, FastTransport
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import BUNDLE_PACKAGE
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import code_bundle as probe_bundle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait
 
 pytestmark = pytest.mark.ansible
@@ -182,7 +184,8 @@ def test_the_bundle_imports_the_probe_with_nothing_but_itself(tmp_path: Path) ->
     to the module): the bundle unpacked and imported by an isolated Python, which sees no site-packages."""
     with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
         bundle.extractall(tmp_path)
-    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {BUNDLE_PACKAGE.replace('/', '.')}._probe as probe; print(probe.__file__)"
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(str(tmp_path))
+    for entry in ("_probe", "_hostcall"):
+        code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {BUNDLE_PACKAGE.replace('/', '.')}.{entry} as entry; print(entry.cli.__module__, entry.__file__)"
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [f"{BUNDLE_PACKAGE.replace('/', '.')}.{entry}", str(tmp_path / BUNDLE_PACKAGE / f"{entry}.py")]
