@@ -31,9 +31,9 @@ COLLECTION = "inferops.runbooks."
 def checked_params(call: _hostcall.Call, args: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], set[str]] | None:
     """The call's parameters, with their defaults, as AnsibleModule would make them on the host, and
     the values its spec keeps out of the output; None when they are wrong (the module then says so)
-    or hold a path that only the host could expand."""
-    spec = {name: {**option, "type": "str"} if option.get("type") == "path" else dict(option) for name, option in call.spec.items()}
-    paths = [name for name, option in call.spec.items() if option.get("type") == "path"]
+    or hold a path that only the host could expand (relative, ``~``, ``$VAR``)."""
+    paths = [name for name, option in call.spec.items() if "path" in (option.get("type"), option.get("elements"))]
+    spec = {name: {**option, **{key: "str" for key in ("type", "elements") if option.get(key) == "path"}} for name, option in call.spec.items()}
     validated = ArgumentSpecValidator(spec, required_by=call.required_by).validate(dict(args))
     if validated.error_messages:
         return None
@@ -41,7 +41,7 @@ def checked_params(call: _hostcall.Call, args: t.Mapping[str, t.Any]) -> tuple[d
     for name in paths:
         found = params.get(name)
         values: list[t.Any] = found if isinstance(found, list) else [found]
-        if any(isinstance(value, str) and not value.startswith("/") for value in values):
+        if any(isinstance(value, str) and (not value.startswith("/") or "$" in value) for value in values):
             return None
     return params, set(validated._no_log_values)
 
