@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import typing as t
 
@@ -27,6 +26,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import 
     SystemdError,
     is_invocation_id,
     journal_command,
+    run_command,
     unit_name,
     unit_name_problem,
     unit_state,
@@ -84,8 +84,7 @@ class PlainHost:
         self.warnings: list[str] = []
 
     def run(self, argv: t.Sequence[str]) -> tuple[int, str, str]:
-        done = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", check=False)
-        return done.returncode, done.stdout, done.stderr
+        return run_command(argv)
 
     def bin_path(self, name: str) -> str:
         found = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *self.SEARCHED]))

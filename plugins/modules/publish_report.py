@@ -53,9 +53,10 @@ options:
     default: {}
   starts:
     description:
-      - The good starts of the play's hosts so far, C({host: {config, total}}) (what M(inferops.runbooks.settle)
-        returns as C(fleet_start) for each host). When given, the report gets C(history.fleet), its start against
-        its peers' on the same configuration, and is returned as the fact C(<role>_report).
+      - The good starts of the play's hosts so far, by host, each with its C(config) and C(total) (what
+        M(inferops.runbooks.settle) returns as C(fleet_start) for each host).
+      - When given, the report gets C(history.fleet), its start against its peers' on the same configuration, and
+        is returned as the fact C(<role>_report).
     type: dict
   ratio:
     description: How many times the median of its peers' starts a host's start takes to be called slow, with O(starts).

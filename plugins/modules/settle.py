@@ -79,8 +79,8 @@ report:
   sample: {"verdict": "pass", "reason": "ready", "state": "new_configuration"}
 fleet_start:
   description:
-    - The host's start as its peers' reports compare with it, C({host: {config, total}}) - empty when the start failed
-      or was not added to the start history in this run.
+    - The host's start as its peers' reports compare with it, by host, with its C(config) and C(total) - empty when
+      the start failed or was not added to the start history in this run.
   returned: always
   type: dict
   sample: {"gpu-node-01": {"config": "68a28f1d0d19fb9c", "total": 412.3}}
