@@ -1,8 +1,9 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every phase of a rollout does around its decisions: run the collection's modules on the
-managed host (``_execute_module``, as ansible-core's ``reboot`` action does), name each step, keep
-the first failed step for the report, and read the role's variables as the role sees them.
+managed host (as a plain process where it can, ``_hostcode``; otherwise ``_execute_module``, as
+ansible-core's ``reboot`` action does) and commands over the connection, name each step, keep the
+first failed step for the report, and read the role's variables as the role sees them.
 
 Private to the collection; may change at any time. Controller side.
 """
