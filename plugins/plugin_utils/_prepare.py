@@ -15,6 +15,7 @@ import typing as t
 import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 
 File = t.Mapping[str, t.Any]
 Render = t.Callable[[str], str]
@@ -189,19 +190,15 @@ def broken_message(unit: str, host: str, lines: t.Sequence[str]) -> str:
 
 
 def restart_needed(options: t.Mapping[str, t.Any], before: t.Mapping[str, t.Any], files: t.Sequence[File], plan: t.Mapping[str, t.Any]) -> bool:
-    """Whether a real run would restart the unit (``_rollout.decide`` in check mode)."""
-    decision = _rollout.decide(
-        {
-            "check_mode": True,
-            "change_requested": len(files) > 0,
-            "change_pending": len(changed(files)) > 0,
-            "force_restart": bool(options.get("force_restart")),
-            "rollback_unfinished": len(plan.get("restore_files") or []) > 0,
-            "inflight": bool(plan.get("inflight")),
-            "unit_active": before.get("ActiveState") == "active",
-        }
-    )
-    return bool(decision["restart_needed"])
+    """Whether a real run would restart the unit: ``_rollout.decide`` in check mode on the observation
+    the restart phase starts from (``_observed.rollout_before_restart``), from what this phase read."""
+    facts = {
+        "sglang_restart__checked": {"options": dict(options)},
+        "sglang_restart_plan": dict(plan),
+        "sglang_restart_deploy_files": [dict(entry) for entry in files],
+        "sglang_restart_before": {"unit": dict(before)},
+    }
+    return bool(_rollout.decide(_observed.rollout_before_restart(facts, True))["restart_needed"])
 
 
 class Scene(t.NamedTuple):
