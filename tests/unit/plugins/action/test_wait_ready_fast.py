@@ -184,8 +184,9 @@ def test_the_bundle_imports_the_probe_with_nothing_but_itself(tmp_path: Path) ->
     to the module): the bundle unpacked and imported by an isolated Python, which sees no site-packages."""
     with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
         bundle.extractall(tmp_path)
+    package = BUNDLE_PACKAGE.replace("/", ".")
     for entry in ("_probe", "_hostcall"):
-        code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {BUNDLE_PACKAGE.replace('/', '.')}.{entry} as entry; print(entry.cli.__module__, entry.__file__)"
+        code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {package}.{entry} as entry; print(entry.cli.__module__, entry.__file__)"
         done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == [f"{BUNDLE_PACKAGE.replace('/', '.')}.{entry}", str(tmp_path / BUNDLE_PACKAGE / f"{entry}.py")]
+        assert done.stdout.split() == [f"{package}.{entry}", str(tmp_path / BUNDLE_PACKAGE / f"{entry}.py")]
