@@ -37,7 +37,7 @@ def ask(ledger: Path, answers: Path) -> None:
 def test_forks_asking_at_once_share_one_check(run_tmp: Path) -> None:
     ledger, answers = run_tmp / "ledger", run_tmp / "answers"
     context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=ask, args=(ledger, answers)) for _ in range(6)]
+    workers = [context.Process(target=ask, args=(ledger, answers)) for _number in range(6)]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -60,7 +60,7 @@ def test_without_a_usable_directory_every_call_checks(run_tmp: Path, monkeypatch
     blocked.write_text("not a directory")
     monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(blocked))
     ledger = run_tmp / "ledger"
-    for _ in range(2):
+    for _attempt in range(2):
         assert _once.once("test", [1], lambda: counted_check(ledger, ["p"])) == ["p"]
     assert len(ledger.read_text().splitlines()) == 2
 
