@@ -28,6 +28,7 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     "report_dir": {"type": "str", "default": ""},
     "publish": {"type": "bool", "default": True},
     "node": {"type": "dict", "default": {}},
+    "node_reports": {"type": "list", "elements": "raw"},
     "starts": {"type": "dict"},
     "ratio": {"type": "float", "default": _history.DEFAULT_FLEET_RATIO},
 }
@@ -80,14 +81,17 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"publish_report: ratio must be a number >= 1, got {args['ratio']}")
             return result
         host = str(task_vars.get("inventory_hostname", ""))
-        fact = f"{report['role']}_report"
         starts = plain(args["starts"])
         if starts is not None:
             report = with_fleet(report, starts, args["ratio"])
-            result["ansible_facts"] = {fact: report}
+        # what the role keeps as <role>_report (with a set_fact: a variable, not an injected fact)
+        result["report"] = report
         if node.get("multi_node"):
             hostvars = t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})
-            nodes = node_reports(node, hostvars, fact)
+            given = plain(args["node_reports"])
+            if given is None:
+                given = node_reports(node, hostvars, f"{report['role']}_report")
+            nodes = [found for found in given if isinstance(found, dict) and found]
             if starts is not None:
                 nodes = [with_fleet(found, starts, args["ratio"]) for found in nodes]
             try:

@@ -126,7 +126,6 @@ class ActionModule(ActionBase):
             report_dir=report_dir(state["options"], steps),
             # what the report step of the play's other hosts compares their starts with
             fleet_start=fleet_starts([report]),
-            ansible_facts={f"{ROLE}_report": report},
         )
         return result
 

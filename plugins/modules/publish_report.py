@@ -51,12 +51,17 @@ options:
         C(hosts). A single host's (or none) reports itself.
     type: dict
     default: {}
+  node_reports:
+    description:
+      - The reports of the nodes of this host's deployment (with O(node)), as their own report steps assembled them;
+        when not given, each node's C(<role>_report) variable.
+    type: list
+    elements: raw
   starts:
     description:
       - The good starts of the play's hosts so far, by host, each with its C(config) and C(total) (what
         M(inferops.runbooks.settle) returns as C(fleet_start) for each host).
-      - When given, the report gets C(history.fleet), its start against its peers' on the same configuration, and
-        is returned as the fact C(<role>_report).
+      - When given, the report gets C(history.fleet), its start against its peers' on the same configuration.
     type: dict
   ratio:
     description: How many times the median of its peers' starts a host's start takes to be called slow, with O(starts).
@@ -83,15 +88,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-ansible_facts:
-  description: The report with C(history.fleet), as the fact C(<role>_report).
-  returned: when O(starts) is given
+report:
+  description: The host's report, with C(history.fleet) when O(starts) is given (the role keeps it as C(<role>_report)).
+  returned: always
   type: dict
-  contains:
-    sglang_restart_report:
-      description: The report of a restart.
-      type: dict
-      returned: for a report of sglang_restart
+  sample: {"verdict": "pass", "reason": "ready", "history": {"fleet": null}}
 verdict:
   description: The verdict of the report - the host's, or its deployment's.
   returned: always

@@ -84,15 +84,6 @@ fleet_start:
   returned: always
   type: dict
   sample: {"gpu-node-01": {"config": "68a28f1d0d19fb9c", "total": 412.3}}
-ansible_facts:
-  description: The report, as the fact C(sglang_restart_report) (the report step adds how its start compares with its peers').
-  returned: always
-  type: dict
-  contains:
-    sglang_restart_report:
-      description: The host's report.
-      type: dict
-      returned: always
 report_dir:
   description: Where the report files go - the checked C(sglang_restart_report_dir), or as given when the variables were refused.
   returned: always
