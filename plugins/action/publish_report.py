@@ -16,8 +16,7 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import with_fleet
+from ansible_collections.inferops.runbooks.plugins.module_utils import _render
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, deployment_verdict
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
@@ -28,9 +27,6 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     "report_dir": {"type": "str", "default": ""},
     "publish": {"type": "bool", "default": True},
     "node": {"type": "dict", "default": {}},
-    "node_reports": {"type": "list", "elements": "raw"},
-    "starts": {"type": "dict"},
-    "ratio": {"type": "float", "default": _history.DEFAULT_FLEET_RATIO},
 }
 
 
@@ -77,25 +73,11 @@ class ActionModule(ActionBase):
                 failed=True, msg=f"publish_report: the report must be one of inferops.runbooks.runbook_report (with a role of {', '.join(_render.FORMS)})"
             )
             return result
-        if not args["ratio"] >= 1:
-            result.update(failed=True, msg=f"publish_report: ratio must be a number >= 1, got {args['ratio']}")
-            return result
         host = str(task_vars.get("inventory_hostname", ""))
-        starts = plain(args["starts"])
-        if starts is not None:
-            report = with_fleet(report, starts, args["ratio"])
-        # what the role keeps as <role>_report (with a set_fact: a variable, not an injected fact)
-        result["report"] = report
         if node.get("multi_node"):
             hostvars = t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})
-            given = plain(args["node_reports"])
-            if given is None:
-                given = node_reports(node, hostvars, f"{report['role']}_report")
-            nodes = [found for found in given if isinstance(found, dict) and found]
-            if starts is not None:
-                nodes = [with_fleet(found, starts, args["ratio"]) for found in nodes]
             try:
-                report = deployment_verdict(str(node.get("deployment")), nodes)
+                report = deployment_verdict(str(node.get("deployment")), node_reports(node, hostvars, f"{report['role']}_report"))
             except TopologyError as exc:
                 result.update(failed=True, msg=f"publish_report: {exc}")
                 return result

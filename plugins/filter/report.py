@@ -12,7 +12,7 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import ROLES, fleet_section, fleet_starts
+from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import ROLES, fleet_section, fleet_starts, with_fleet
 from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report as build_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
@@ -66,8 +66,13 @@ def _reports(reports: t.Any, filter_name: str) -> list[dict[str, t.Any]]:
 
 
 def report_fleet(report: t.Any, reports: t.Any, ratio: t.Any = _history.DEFAULT_FLEET_RATIO) -> dict[str, t.Any]:
-    """The report with history.fleet: its start against its peers' on the same configuration."""
-    return fleet_section(_report(report, "report_fleet"), _reports(reports, "report_fleet"), _ratio(ratio, "report_fleet"))
+    """The report with history.fleet: its start against its peers' on the same configuration, from
+    their reports, or from their starts alone (a mapping of host to start, as the settle phase hands
+    each host's on: far less to template than every report)."""
+    own, limit = _report(report, "report_fleet"), _ratio(ratio, "report_fleet")
+    if isinstance(reports, t.Mapping):
+        return with_fleet(own, plain(reports), limit)
+    return fleet_section(own, _reports(reports, "report_fleet"), limit)
 
 
 def fleet_outliers(reports: t.Any, ratio: t.Any = _history.DEFAULT_FLEET_RATIO) -> list[dict[str, t.Any]]:

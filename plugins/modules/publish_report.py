@@ -51,22 +51,6 @@ options:
         C(hosts). A single host's (or none) reports itself.
     type: dict
     default: {}
-  node_reports:
-    description:
-      - The reports of the nodes of this host's deployment (with O(node)), as their own report steps assembled them;
-        when not given, each node's C(<role>_report) variable.
-    type: list
-    elements: raw
-  starts:
-    description:
-      - The good starts of the play's hosts so far, by host, each with its C(config) and C(total) (what
-        M(inferops.runbooks.settle) returns as C(fleet_start) for each host).
-      - When given, the report gets C(history.fleet), its start against its peers' on the same configuration.
-    type: dict
-  ratio:
-    description: How many times the median of its peers' starts a host's start takes to be called slow, with O(starts).
-    type: float
-    default: 2.0
 seealso:
   - module: inferops.runbooks.write_report
   - module: inferops.runbooks.fleet_report
@@ -88,11 +72,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-report:
-  description: The host's report, with C(history.fleet) when O(starts) is given (the role keeps it as C(<role>_report)).
-  returned: always
-  type: dict
-  sample: {"verdict": "pass", "reason": "ready", "history": {"fleet": null}}
 verdict:
   description: The verdict of the report - the host's, or its deployment's.
   returned: always
