@@ -102,6 +102,10 @@ def test_the_filters_compare_the_play_and_refuse_a_bad_ratio() -> None:
     (slow,) = filters["fleet_outliers"]([*reports, None, "x"], 2)
     assert slow["host"] == "sim2" and "2 peers on the same configuration" in slow["text"]
     assert filters["report_fleet"](reports[1], reports, "2.5")["history"]["fleet"]["slow"]
+    # from the peers' starts alone (what the settle phase returns), the same comparison
+    starts = {host: start for report in reports for host, start in fleet_starts([report]).items()}
+    assert filters["report_fleet"](reports[1], starts, "2.5") == filters["report_fleet"](reports[1], reports, "2.5")
+    assert filters["report_fleet"](reports[0], {"sim2": starts["sim2"]})["history"]["fleet"] is None  # one peer: nothing to compare
     for bad in (0.5, "x", None):
         with pytest.raises(AnsibleFilterError, match="ratio must be a number >= 1"):
             filters["fleet_outliers"](reports, bad)
