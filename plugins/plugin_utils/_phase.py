@@ -104,14 +104,14 @@ class Steps:
         """The collection's module ``name`` run as a plain process over the connection (its arguments
         checked here against its own spec, ``_hostcall.CALLS``); None when it cannot be, or when it
         did not run: then the module runs, and says what is wrong with its arguments."""
-        call = _hostcall.CALLS.get(name.removeprefix(COLLECTION))
-        if call is None or not name.startswith(COLLECTION) or self.code is False:
+        call = _hostcall.CALLS.get(name.removeprefix(COLLECTION)) if name.startswith(COLLECTION) else None
+        if call is None or self.code is False:
             return None
         params = checked_params(call, args)
         if params is None:
             return None
         if self.code is None:
-            python = known_python(self.action, {**self.task_vars, "ansible_facts": {**(self.task_vars.get("ansible_facts") or {}), **self.discovered}})
+            python = self.discovered.get("discovered_interpreter_python") or known_python(self.action, self.task_vars)
             if python is None:
                 return None  # the module runs, and discovers it
             code = HostCode(self.action, name)

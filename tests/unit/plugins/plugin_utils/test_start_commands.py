@@ -23,9 +23,9 @@ def test_the_port_wait_ends_once_nothing_listens_and_times_out_while_something_d
             held.listen()
             port = str(held.getsockname()[1])
             rc, seconds = run(_start._WAIT_PORT_FREE, port, "1")
-            assert rc == 1 and 1 <= seconds < 5, (family, rc, seconds)
-        rc, seconds = run(_start._WAIT_PORT_FREE, port, "5")
-        assert rc == 0 and seconds < 2, (family, rc, seconds)
+            assert rc == 1 and seconds >= 1, (family, rc, seconds)
+        rc, _seconds = run(_start._WAIT_PORT_FREE, port, "5")
+        assert rc == 0, family
 
 
 def test_a_connected_socket_on_another_port_is_not_taken_for_a_listener() -> None:
@@ -41,8 +41,8 @@ def test_a_connected_socket_on_another_port_is_not_taken_for_a_listener() -> Non
 def test_the_process_wait_ends_when_the_process_exits_and_times_out_while_it_runs() -> None:
     with subprocess.Popen(["sleep", "30"]) as sleeper:
         rc, seconds = run(_start._WAIT_GONE, str(sleeper.pid), "1")
-        assert rc == 1 and 1 <= seconds < 5
+        assert rc == 1 and seconds >= 1
         sleeper.kill()
         sleeper.wait()
-        rc, seconds = run(_start._WAIT_GONE, str(sleeper.pid), "5")
-        assert rc == 0 and seconds < 2
+        rc, _seconds = run(_start._WAIT_GONE, str(sleeper.pid), "5")
+        assert rc == 0
