@@ -9,13 +9,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-test needs the collection under ansible_collections/<namespace>/<name>/
 SANITY_ROOT := $(CURDIR)/.build/ansible_collections/inferops/runbooks
 
-.PHONY: setup test lint sanity unit integration demo bench build clean
-.PHONY: versions-venvs integration-dev molecule
+.PHONY: setup test lint alert-rules sanity unit integration demo bench build clean
+.PHONY: versions-venvs gateway-venv integration-dev molecule
 
 setup:
 	@scripts/setup.sh
 
-test: setup lint sanity unit integration
+test: setup lint alert-rules sanity unit integration
 
 lint: setup
 	$(BIN)/ruff check plugins tests bench extensions scripts
@@ -23,6 +23,11 @@ lint: setup
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins
 	$(BIN)/mypy extensions/eda/plugins/event_source
 	$(BIN)/ansible-lint --profile production
+
+# the Prometheus alert rules the collection ships, checked and unit-tested with Debian's promtool
+alert-rules: setup
+	promtool check rules extensions/prometheus/inference_server.rules.yml
+	promtool test rules extensions/prometheus/tests/inference_server.test.yml
 
 # on the newest ansible-core (tests/ansible-core-versions.txt), with its ansible-test
 sanity: setup versions-venvs
@@ -33,7 +38,7 @@ sanity: setup versions-venvs
 	cd $(SANITY_ROOT) && git init -q && git add -A && \
 	  PATH="$$newest:$$PATH" $$newest/ansible-test sanity --venv --requirements --python $$python --color no
 
-unit: setup
+unit: setup gateway-venv
 	$(PYTHON) -m pytest -q tests/unit
 
 # side by side, each lane with its own test fleet: the unit tests and the whole integration suite
@@ -43,14 +48,21 @@ integration: setup versions-venvs
 	$(PYTHON) -m tests.harness.versions test
 
 # ---- ansible-core versions (tests/ansible-core-versions.txt) and molecule ----------------------
-# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE), and
-# ansible-rulebook's (tests/requirements-rulebook.txt) for the Event-Driven Ansible test
-versions-venvs: setup
+# one venv per version, created with pip, cached outside the repository (INFEROPS_VENV_CACHE),
+# ansible-rulebook's (tests/requirements-rulebook.txt) for the Event-Driven Ansible test, and the
+# SGLang Model Gateway's
+versions-venvs: setup gateway-venv
 	$(PYTHON) -m tests.harness.versions setup
 	$(PYTHON) -m tests.harness.rulebook setup
 
+# the SGLang Model Gateway (smg, tests/requirements-gateway.txt; and sglang-router 0.3.2,
+# tests/requirements-gateway-sglang-router.txt) that the tests of the router path run on this machine,
+# each in a venv of its own beside the others (tests/harness/gateway.py)
+gateway-venv: setup
+	$(PYTHON) -m tests.harness.gateway setup
+
 # the whole integration suite on the development venv only
-integration-dev: setup
+integration-dev: setup gateway-venv
 	$(PYTHON) -m pytest -q tests/integration
 
 molecule: setup
@@ -65,8 +77,9 @@ bench: setup
 	$(PYTHON) bench/side_by_side.py --cost-only --sizes 1 --repeats 1 --cost-start 300 --stall-limit 400 --budget 700 --scenarios ok
 	$(PYTHON) bench/precheck_journal.py
 	$(PYTHON) bench/rollout_page.py
+	$(PYTHON) bench/fail_fast.py --repeats 3
 
-demo: setup
+demo: setup gateway-venv
 	$(PYTHON) -m tests.harness.demo
 
 build: setup

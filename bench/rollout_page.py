@@ -28,9 +28,8 @@ REPO = HERE.parent
 sys.path[:0] = [str(REPO), str(REPO / "collections")]
 
 from ansible_collections.inferops.runbooks.plugins.action.write_report import write_atomically  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils import _render  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify, load_rules  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout_page  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render, _rollout_page  # noqa: E402
 from tests.unit.conftest import corpus_logs  # noqa: E402
 
 REPORTS = REPO / "tests" / "unit" / "data" / "reports"

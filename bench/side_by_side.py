@@ -128,6 +128,7 @@ class Settings:
     classify_lines: int | None = None  # None: classify_bench.py's own default
     before: Path | None = None  # another checkout of this collection, measured beside this one
     only: tuple[str, ...] = ()  # the tools measured (empty: all)
+    extra_vars: Mapping[str, object] = field(default_factory=dict)  # ours' and before's, beside the settings'
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -147,7 +148,7 @@ class Settings:
 
     def tool_vars(self, tool: str) -> dict[str, object]:
         if tool in ("ours", "before"):
-            return {"sglang_restart_budget": self.budget, "sglang_restart_stall_limit": self.stall_limit, "sglang_restart_soak": self.soak}
+            return {"sglang_restart_budget": self.budget, "sglang_restart_stall_limit": self.stall_limit, "sglang_restart_soak": self.soak, **self.extra_vars}
         if tool == "usual":
             return {"health_retries": self.retries, "health_delay": self.delay}
         return {"probe_retries": self.retries, "probe_period": self.delay}

@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # chromium: the rollout page's browser test; openjdk-17-jre-headless: ansible-rulebook's rules
-# engine (Drools) runs on Java 17
-DEBIAN_PACKAGES=(debootstrap systemd-container zstd openssh-client iproute2 curl rsync shellcheck chromium openjdk-17-jre-headless)
+# engine (Drools) runs on Java 17; prometheus (promtool) and prometheus-alertmanager: the alert rules'
+# tests and the alert path's (their services are not started: the tests run their own, on loopback)
+DEBIAN_PACKAGES=(debootstrap systemd-container zstd openssh-client iproute2 curl rsync shellcheck chromium openjdk-17-jre-headless
+  prometheus prometheus-alertmanager)
 VENV=.venv
 STAMP="$VENV/.requirements.sha256"
 

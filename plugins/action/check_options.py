@@ -4,7 +4,7 @@
 
 Reads the role's variables (``<role>_<option>``) as the role would see them, templated, for this
 host and for the other hosts named in ``hosts`` (their inventory and extra variables, through
-``hostvars``), and hands them to ``module_utils/_options.check_role_values``, which converts and
+``hostvars``), and hands them to ``plugin_utils/_options.check_role_values``, which converts and
 checks them all. Nothing runs on the managed hosts.
 """
 
@@ -16,9 +16,9 @@ import yaml
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import ROLE_SPECS, check_role_values
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, topology
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import FLEET_OPTIONS, FLEET_PREFIX, ROLE_SPECS, check_fleet_values, check_role_values
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 ARGUMENT_SPEC: dict[str, t.Any] = {
@@ -70,6 +70,8 @@ class ActionModule(ActionBase):
         other_problems, other_rule_lines = self._check_others(role, others, task_vars, set(problems + rule_lines), base_dir)
         node, topology_problems = deployment_node(host, task_vars)
         problems += not_for_multi_node(role, node, values)
+        if role == "sglang_restart":
+            problems += fleet_problems(lambda name: self._templar.template(task_vars[name]), task_vars.__contains__)
         every = problems + other_problems + topology_problems + rule_lines + other_rule_lines
         if every:
             reason = "invalid_options" if problems or other_problems else "invalid_topology" if topology_problems else "invalid_rules"
@@ -156,6 +158,20 @@ def not_for_multi_node(role: str, node: t.Mapping[str, t.Any], values: t.Mapping
         f"{', '.join(given)} given for a node of the multi-node deployment {node.get('deployment')}: deploying a change, "
         "draining and rolling back are not supported for multi-node deployments yet (restart them without these)"
     ]
+
+
+def fleet_problems(lookup: Lookup, has: t.Callable[[str], bool]) -> list[str]:
+    """The rollout's options (sglang_batch_size, sglang_min_serving...) given to this play, checked with the role's."""
+    given: dict[str, t.Any] = {}
+    problems: list[str] = []
+    for name in FLEET_OPTIONS:
+        variable = f"{FLEET_PREFIX}{name}"
+        if has(variable):
+            try:
+                given[name] = plain(lookup(variable))
+            except AnsibleError as exc:
+                problems.append(f"{variable} cannot be templated: {exc.message}")
+    return problems + check_fleet_values(given).problems
 
 
 def deployment_node(host: str, task_vars: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], list[str]]:

@@ -1,7 +1,7 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of inferops.runbooks.fleet_report: where the play's hosts stand, shown and
-published in one step (``module_utils/_render.fleet_lines``, ``_history.fleet_outliers``)."""
+published in one step (``plugin_utils/_render.fleet_lines``, ``_history.fleet_outliers``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import fleet_starts
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import fleet_starts
 
 display = Display()
 

@@ -6,7 +6,7 @@ phase.
 Check every variable, read the unit and the run record the last rollout left, take one look (unit,
 journal, health), generate one token, measure the server against its baseline, add the current
 start to the host's start history once it ended; then the report, whose verdict is the first check
-that failed (``module_utils/_runbook_report``). Each step runs one of the collection's modules on
+that failed (``plugin_utils/_runbook_report``). Each step runs one of the collection's modules on
 the host; whether a step runs is one of the small functions below, each asked of what was seen.
 """
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import dead_here
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, bearer, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report, sleeping
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._sleeping import sleep_url
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import smoke_test
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import canary_args
 
@@ -31,11 +32,20 @@ def single_node(host: str) -> dict[str, t.Any]:
 
 
 def generates_wanted(observed: t.Mapping[str, t.Any], option: str) -> bool:
-    """One token, or the canary's load, is sent when the option is on, on node 0, and every check
-    before it passed."""
+    """One token, or the canary's load, is sent when the option is on, on node 0, to a server awake
+    (a generation would wake a sleeping vLLM), and every check before it passed."""
     options = observed.get("options") or {}
     rank = int((observed.get("node") or {}).get("rank") or 0)
-    return bool(options.get(option)) and rank == 0 and runbook_report(dict(observed), ROLE)["verdict"] == "pass"
+    return bool(options.get(option)) and rank == 0 and not sleeping(observed) and runbook_report(dict(observed), ROLE)["verdict"] == "pass"
+
+
+def sleep_wanted(observed: t.Mapping[str, t.Any]) -> str | None:
+    """Where the sleep state is read: for an engine with a sleep mode (vLLM) whose health answered 200
+    (a vLLM asleep answers it); None when it is not read."""
+    options, probe = observed.get("options") or {}, observed.get("probe") or {}
+    if (probe.get("health") or {}).get("status") != 200:
+        return None
+    return sleep_url(str(options.get("health_url") or ""), str(options.get("engine") or ""))
 
 
 def start_ended(probe: t.Mapping[str, t.Any]) -> bool:
@@ -66,17 +76,13 @@ def look_summary(probe: Result) -> dict[str, t.Any]:
     }
 
 
-class ActionModule(ActionBase):
+class ActionModule(PhaseAction):
     """The precheck of one host; see the module docs."""
 
-    TRANSFERS_FILES = False
-    _VALID_ARGS: frozenset[str] = frozenset()
+    ARGUMENT_SPEC: t.ClassVar[dict[str, t.Any]] = {}
 
-    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
-        task_vars = task_vars or {}
-        result: Result = super().run(tmp, task_vars)
-        del tmp
-        steps = Steps(self, task_vars)
+    def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
+        del args
         host = str(task_vars.get("inventory_hostname", ""))
         api_key = steps.variable(f"{ROLE}_api_key", "")
         observed: dict[str, t.Any] = {
@@ -94,14 +100,11 @@ class ActionModule(ActionBase):
             "started_at": time.time(),
             "history": {},
             "canary": {},
+            "sleep": {},
         }
         hidden = secrets(api_key, steps.variable(f"{ROLE}_redact", []))
-        try:
-            self._look(steps, observed, hidden)
-            self._generate(steps, observed, api_key, hidden)
-        finally:
-            steps.close()
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+        self._look(steps, observed, hidden)
+        self._generate(steps, observed, api_key, hidden)
         report = runbook_report(observed, ROLE)
         node = observed["node"] or single_node(host)
         options = observed["options"]
@@ -109,17 +112,14 @@ class ActionModule(ActionBase):
         report_dir = options.get("report_dir", "") if options else given_dir if isinstance(given_dir, str) else ""
         batch = [str(name) for name in task_vars.get("ansible_play_batch") or [host]]
         reporter = next((name for name in node.get("hosts") or [host] if name in batch), host) == host
-        result.update(
-            changed=False,
-            report=report,
-            node=node,
-            report_dir=report_dir,
-            reporter=reporter,
-            steps=steps.done,
-            **({"warnings": steps.warnings} if steps.warnings else {}),
-            ansible_facts={"sglang_precheck_report": report, "sglang_precheck_started_at": observed["started_at"]},
-        )
-        return result
+        return {
+            "changed": False,
+            "report": report,
+            "node": node,
+            "report_dir": report_dir,
+            "reporter": reporter,
+            "ansible_facts": {"sglang_precheck_report": report, "sglang_precheck_started_at": observed["started_at"]},
+        }
 
     def _look(self, steps: Steps, observed: dict[str, t.Any], hidden: list[str]) -> None:
         """The variables checked, the unit read, the run record read, one look taken; a failed step
@@ -135,6 +135,8 @@ class ActionModule(ActionBase):
             observed["record"] = steps.module(
                 "probe", "Precheck | Read the run record the last rollout left", "inferops.runbooks.run_record", {"unit": options["unit"]}, always=True
             )
+            # a lease whose ansible-playbook ran here and is gone holds nothing: its run was killed
+            observed["record"]["lease_dead"] = dead_here(observed["record"].get("lease"))
             if observed["state"].get("LoadState") != "loaded":
                 return
             observed["probe"] = steps.module(
@@ -151,6 +153,21 @@ class ActionModule(ActionBase):
                 always=True,
                 shown=look_summary,
             )
+            url = sleep_wanted(observed)
+            if url is not None:
+                api_key = steps.variable(f"{ROLE}_api_key", "")
+                observed["sleep"] = (
+                    steps.module(
+                        "probe",
+                        "Precheck | Read whether the server sleeps (vLLM's sleep mode)",
+                        "inferops.runbooks.server_sleep",
+                        {"url": url, **({"api_key": api_key} if api_key not in (None, "") else {})},
+                        always=True,
+                        may_fail=True,
+                        secret=api_key not in (None, ""),
+                    ).get("sleep")
+                    or {}
+                )
         except StepFailed as failed:
             observed["failure"] = failed.failure
 

@@ -21,16 +21,16 @@ import time
 import typing as t
 
 from ansible.errors import AnsibleError
-from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as decide
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease, holder
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError, registration
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction, advance_record
 
 ROLE = "sglang_restart"
 CHECK_STEP = "Validate | Check every variable and every rule on the controller"
@@ -57,17 +57,15 @@ def slurp_missing(result: t.Mapping[str, t.Any]) -> bool:
     return bool(result.get("failed")) and "not found" in str(result.get("msg", "")).lower()
 
 
-class ActionModule(ActionBase):
+class ActionModule(PhaseAction):
     """The prepare phase of one host; see the module docs."""
 
     TRANSFERS_FILES = True
-    _VALID_ARGS: frozenset[str] = frozenset()
+    ARGUMENT_SPEC: t.ClassVar[dict[str, t.Any]] = {}
 
-    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
-        task_vars = task_vars or {}
-        result: Result = super().run(tmp, task_vars)
-        del tmp
-        self.steps = Steps(self, task_vars)
+    def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
+        del args
+        self.steps = steps
         self.task_vars = task_vars
         self.host = str(task_vars.get("inventory_hostname", ""))
         started_at = time.time()
@@ -85,25 +83,23 @@ class ActionModule(ActionBase):
             refused = True
         except StepFailed as failed:
             self.facts["sglang_restart_failure"] = failed.failure
-        finally:
-            self.steps.close()
-            self._remove_tmp_path(self._connection._shell.tmpdir)
         failure = self.facts["sglang_restart_failure"]
-        result.update(
-            changed=self.changed,
-            refused=refused,
-            failure=failure,
+        return {
+            "changed": self.changed,
+            "refused": refused,
+            "failure": failure,
             # the user's drain hooks run after this phase (the role's next task)
-            drain_hooks_due=self.drain_hooks_due and not failure,
-            steps=self.steps.done,
-            ansible_facts={**self.steps.discovered, **self.facts},
+            "drain_hooks_due": self.drain_hooks_due and not failure,
+            # what the phases after this one take as their argument
+            "context": dict(self.facts),
+            # what the other nodes of a deployment need of this one (the role passes it to them)
+            "peer": {"run_id": self.facts["sglang_restart_run_id"], "reached_preflight": bool(self.facts["sglang_restart_reached_preflight"])},
+            "ansible_facts": {**self.steps.discovered, **self.facts},
             # a host that cannot be reached is out of the play, as it would be for any task
             **({"unreachable": True} if failure and failure["result"].get("unreachable") else {}),
-            msg=f"{failure['step']}: {failure['result'].get('msg', 'failed')}" if failure else "prepared",
+            "msg": f"{failure['step']}: {failure['result'].get('msg', 'failed')}" if failure else "prepared",
             **({"diff": self.diffs} if self.diffs else {}),
-            **({"warnings": self.steps.warnings} if self.steps.warnings else {}),
-        )
-        return result
+        }
 
     # -- the steps ---------------------------------------------------------------------------------
 
@@ -114,7 +110,7 @@ class ActionModule(ActionBase):
         hosts = play_hosts if play_hosts and play_hosts[0] == self.host else []
         checked = without_invocation(self.steps.run_action("inferops.runbooks.check_options", {"role": ROLE, "hosts": hosts}))
         self.steps.done[-1]["step"] = CHECK_STEP
-        self.facts["sglang_restart__checked"] = checked
+        self.facts["sglang_restart_checked"] = checked
         if checked.get("failed"):
             self.facts["sglang_restart_failure"] = StepFailed("validate", CHECK_STEP, checked).failure
             raise Refused()
@@ -122,6 +118,7 @@ class ActionModule(ActionBase):
         self.node: dict[str, t.Any] = checked.get("node") or {}
 
     def _prepare(self) -> None:
+        self._take_lease()
         before = self._preflight()
         files = self._render(before)
         plan = self._reconcile(before, files)
@@ -135,11 +132,25 @@ class ActionModule(ActionBase):
             scene = decide.Scene(self.host, self.options, before, compared, plan, bool(self.node.get("multi_node")), self._worker_url())
             self._say(decide.check_mode_message(scene))
 
+    def _take_lease(self) -> None:
+        """The host held for this run before anything on it changes: a second run refuses (or waits,
+        bounded by lock_wait) naming the holder; a dead run's lease is taken over. Check mode only reads it."""
+        self._stage("lease")
+        lease = HostLease(self.steps, self.options["unit"], self.facts["sglang_restart_run_id"])
+        if self._task.check_mode:
+            found = lease.read()
+            if found.get("lease"):
+                self._say([f"held by another run: {found.get('holder')}; a real run would be refused now (or wait, sglang_restart_lock_wait)"])
+            self.facts["sglang_restart_lease"] = {"holds": False, "holder": found.get("holder")}
+            return
+        taken = lease.take(holder(self.task_vars), float(self.options["lock_stale"]), float(self.options["lock_wait"]), display.display, self.host)
+        self.facts["sglang_restart_lease"] = {"holds": True, "outcome": taken.get("outcome"), "taken_over": taken.get("taken_over_from")}
+
     def _preflight(self) -> dict[str, t.Any]:
         self._stage("preflight")
-        read = self._module(
-            "Preflight | Read the state of the unit before the restart", "inferops.runbooks.unit_info", {"unit": self.options["unit"]}, always=True
-        )
+        # the engine's drain on the stop: SGLang's is bounded by TimeoutStopSec alone when no load URL drains before it
+        asked = {"unit": self.options["unit"], "engine": self.options.get("engine") or "auto", "drain_before_stop": bool(self.options.get("load_url"))}
+        read = self._module("Preflight | Read the state of the unit before the restart", "inferops.runbooks.unit_info", asked, always=True)
         self.facts["sglang_restart_before"] = without_invocation(read)
         before: dict[str, t.Any] = read.get("unit") or {}
         if before.get("LoadState") != "loaded":
@@ -185,6 +196,9 @@ class ActionModule(ActionBase):
         requested = [{"path": entry["path"], "new_sha256": _rollout.content_sha256(entry["content"])} for entry in files]
         record = plain(read)
         plan = _rollout.reconcile(record.get("record"), record.get("problem"), record.get("host_files") or {}, before, requested)
+        taken_over = self.facts["sglang_restart_lease"].get("taken_over")
+        if taken_over:
+            plan["repairs"].insert(0, f"the host's lease was taken over from {taken_over}")
         self.facts["sglang_restart_plan"] = plan
         self._say(decide.repairs_message(plan))
         if plan["restore_files"] and not self._task.check_mode:
@@ -339,7 +353,7 @@ class ActionModule(ActionBase):
     # -- how a step runs ---------------------------------------------------------------------------
 
     def _stage(self, stage: str) -> None:
-        self.stage = self.facts["sglang_restart__stage"] = stage
+        self.stage = self.facts["sglang_restart_stage"] = stage
 
     def _module(self, step: str, name: str, args: t.Mapping[str, t.Any], *, always: bool = False, may_fail: bool = False) -> Result:
         result = self.steps.module(self.stage, step, name, args, always=always, may_fail=may_fail)
@@ -349,8 +363,7 @@ class ActionModule(ActionBase):
 
     def _record(self, step: str, record_step: str, updates: t.Mapping[str, t.Any]) -> Result:
         """Advance the run record on the host to ``record_step`` of this run."""
-        args = {"unit": self.options["unit"], "run_id": self.facts["sglang_restart_run_id"], "step": record_step, "updates": dict(updates)}
-        return without_invocation(self._module(step, "inferops.runbooks.run_record", args))
+        return without_invocation(advance_record(self.steps, self.stage, step, self.options["unit"], self.facts["sglang_restart_run_id"], record_step, updates))
 
     def _action(self, step: str, name: str, args: t.Mapping[str, t.Any], *, diff: bool | None = None) -> Result:
         """Another action plugin (``copy`` with content: its transfer and its diff); StepFailed when it failed."""

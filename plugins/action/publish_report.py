@@ -16,7 +16,7 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, deployment_verdict
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 

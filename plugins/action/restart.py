@@ -23,14 +23,17 @@ import typing as t
 
 from ansible import constants as C
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import RENEW, HostLease
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import STAGE as LEASE_STAGE
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._release import release_leftovers
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollback import RecordFailed, Rollback, rollback_args
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction, advance_record, optional_mapping
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._sleeping import sleep_before_stop
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     Seen,
     Start,
@@ -49,8 +52,15 @@ display = Display()
 
 # the parts of the phase: the nodes of a deployment go through each together (Rendezvous)
 PARTS = ("stop", "start", "verify")
-ARGUMENT_SPEC: dict[str, t.Any] = {}
-# what the progress line says before the rollback's own start (module_utils/_rollout.py: rollback_reason)
+ARGUMENT_SPEC: dict[str, t.Any] = {
+    # what the prepare phase returned (its context)
+    "context": {"type": "dict", "required": True},
+    # a failed step a rescue of the role kept (only this run's counts)
+    "failure": {"type": "raw"},
+    # each node of this host's deployment: what its prepare phase returned for the others (its peer)
+    "peers": {"type": "dict", "default": {}},
+}
+# what the progress line says before the rollback's own start (plugin_utils/_rollout.py: rollback_reason)
 ROLLBACK_CAUSES = {
     "start_failed": "the new configuration failed",
     "performance_regression": "the new configuration is slower than the baseline (performance canary)",
@@ -61,25 +71,29 @@ ROLLBACK_CAUSES = {
 OUTSIDE_THE_ROLE = "inferops.runbooks.restart runs inside the role inferops.runbooks.sglang_restart, once its variables were checked"
 
 
-def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
-    """What the role's earlier steps left: the prepare phase's facts (its registered result) with the
-    failure a rescue kept, the checked options, this host's place in its deployment, the unit before
-    the run, the run's id, and the rollout's observation and decisions so far (module_utils/_rollout.py)."""
-    facts = _observed.phase_facts(steps.variable("sglang_restart__prepared"), steps.variable("sglang_restart_failure"), None)
+def role_state(args: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """What the role's earlier steps left, from this phase's arguments: the prepare phase's context with
+    the failure a rescue kept, the checked options, this host's place in its deployment, the unit before
+    the run, the run's id, and the rollout's observation and decisions so far (plugin_utils/_rollout.py)."""
+    facts = _observed.phase_facts(optional_mapping(args["context"]), args["failure"], None)
     observed = _observed.rollout_before_restart(facts, check_mode)
     decision = _rollout.decide(observed)
     plan = _observed.mapping(facts.get("sglang_restart_plan"))
+    checked = _observed.mapping(facts.get("sglang_restart_checked"))
     return {
         "facts": facts,
         "observed": observed,
         "options": _observed.options_of(facts),
-        "node": steps.variable("sglang_restart__node", {}) or {},
+        "node": _observed.mapping(checked.get("node")),
+        "peers": optional_mapping(args["peers"]),
         "before": _observed.mapping(_observed.mapping(facts.get("sglang_restart_before")).get("unit")),
         "run_id": str(facts.get("sglang_restart_run_id") or ""),
         "restart": bool(decision.get("restart_needed")),
         "verify_in_place": bool(decision.get("verify_in_place")),
         "inflight_invocation": str(plan.get("before_invocation") or "") if plan.get("inflight") else "",
         "record": bool(decision.get("record_wanted")),
+        # this run holds the host's lease (the prepare phase took it): renewed between the steps
+        "holds_lease": bool(_observed.mapping(facts.get("sglang_restart_lease")).get("holds")),
     }
 
 
@@ -137,29 +151,20 @@ def previous_invocation(args: t.Mapping[str, t.Any]) -> str | None:
     return str((args["before"] or {}).get("InvocationID") or "") or None
 
 
-# the fact the prepare phase sets on a node that got through its preflight
-PREFLIGHT_FACT = "sglang_restart_reached_preflight"
-
-
-def prepared_fact(hostvars: t.Mapping[str, t.Any], host: str, name: str) -> t.Any:
-    """A fact another host's prepare phase returned in this run (its registered result)."""
-    prepared = (hostvars.get(host) or {}).get("sglang_restart__prepared")
-    return ((prepared.get("ansible_facts") or {}) if isinstance(prepared, t.Mapping) else {}).get(name)
-
-
-def lagging(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> list[str]:
-    """The other nodes of the deployment that did not get through their preflight."""
+def lagging(node: t.Mapping[str, t.Any], peers: t.Mapping[str, t.Any]) -> list[str]:
+    """The other nodes of the deployment that did not get through their preflight (``peers``: what each
+    node's prepare phase returned for the others, its ``peer``)."""
     # (ansible-core before 2.19 may hand a templated boolean over as its text)
-    return [peer for peer in node.get("peers") or {} if not boolean(prepared_fact(hostvars, peer, PREFLIGHT_FACT), strict=False)]
+    return [peer for peer in node.get("peers") or {} if not boolean(optional_mapping(peers.get(peer)).get("reached_preflight"), strict=False)]
 
 
-def channel_name(node: t.Mapping[str, t.Any], hostvars: t.Mapping[str, t.Any]) -> str | None:
+def channel_name(node: t.Mapping[str, t.Any], peers: t.Mapping[str, t.Any]) -> str | None:
     """The channel through which the waits of one restart of a deployment see each other: named by its
     node 0's run, the same for every node."""
     if not node.get("multi_node"):
         return None
     first = (node.get("hosts") or [""])[0]
-    return f"{prepared_fact(hostvars, first, 'sglang_restart_run_id') or 'run'}-{node.get('deployment')}"
+    return f"{optional_mapping(peers.get(first)).get('run_id') or 'run'}-{node.get('deployment')}"
 
 
 def rendezvous_timeout(options: t.Mapping[str, t.Any]) -> float:
@@ -178,37 +183,33 @@ def behind_peers(node: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], 
         raise StepFailed("deployment", "Deployment | Stop here, a peer did not get through the step", {"failed": True, "msg": msg})
 
 
-class ActionModule(ActionBase):
+class ActionModule(PhaseAction):
     """The restart phase of one host; see the module docs."""
 
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+    lease: HostLease | None = None
 
-    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
-        task_vars = task_vars or {}
-        result: Result = super().run(tmp, task_vars)
-        del tmp
-        self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        steps = Steps(self, task_vars)
-        args = role_state(steps, bool(self._task.check_mode))
-        earlier_failure = _observed.failure_of(args["facts"], {})
-        if self._task.check_mode or (earlier_failure is not None and not args["options"]):
+    def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
+        state = role_state(args, bool(self._task.check_mode))
+        earlier_failure = _observed.failure_of(state["facts"], {})
+        if self._task.check_mode or (earlier_failure is not None and not state["options"]):
             said = "check mode: nothing stopped or started" if self._task.check_mode else "nothing to restart or roll back"
-            result.update(changed=False, msg=said, seen={"rollout": args["observed"]}, decision=_rollout.decide(args["observed"]))
-            return result
-        if not args["options"]:
-            result.update(failed=True, msg=OUTSIDE_THE_ROLE)
-            return result
-        facts: dict[str, t.Any] = {"stopped": args["restart"] and earlier_failure is None}
+            return {"changed": False, "msg": said, "seen": {"rollout": state["observed"]}, "decision": _rollout.decide(state["observed"])}
+        if not state["options"]:
+            return {"failed": True, "msg": OUTSIDE_THE_ROLE}
+        facts: dict[str, t.Any] = {"stopped": state["restart"] and earlier_failure is None}
+        lease = self.lease = HostLease(steps, state["options"]["unit"], state["run_id"]) if state["holds_lease"] else None
         try:
-            together = self._rendezvous(args["node"], task_vars)
+            together = self._rendezvous(state["node"], state["peers"], task_vars)
         except ChannelError as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
+            return {"failed": True, "msg": str(exc)}
+        result: Result = {}
         try:
             try:
                 for part in PARTS if earlier_failure is None else ():
-                    getattr(self, f"_{part}")(steps, args, facts, task_vars, together)
+                    if lease is not None:
+                        lease.renew()
+                    getattr(self, f"_{part}")(steps, state, facts, task_vars, together)
                     if together is not None:
                         together.mark(part)
             except StepFailed as failed:
@@ -217,29 +218,34 @@ class ActionModule(ActionBase):
                 if together is not None and len(together.reached) < len(PARTS):
                     # the other nodes stop waiting for this one
                     together.fail(str((facts.get("failure") or earlier_failure or {}).get("step") or "the restart phase broke down"))
-            self._roll_back_when_failed(steps, args, facts, task_vars)
+            self._roll_back_when_failed(steps, state, facts, task_vars, lease)
         except RecordFailed as failed:
             # the run record cannot be settled after the rollback: the host fails here, as a failed task would
             result.update(failed=True, msg=str(failed))
-        finally:
-            steps.close()
-            self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(
             changed=bool(facts["stopped"] or facts.get("rollback")),
-            decision=_rollout.decide(facts.get("rollout") or args["observed"]),
-            steps=steps.done,
-            **({"warnings": steps.warnings} if steps.warnings else {}),
+            decision=_rollout.decide(facts.get("rollout") or state["observed"]),
             seen=facts,
         )
         return result
 
-    def _roll_back_when_failed(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> None:
+    def _roll_back_when_failed(
+        self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any], lease: HostLease | None
+    ) -> None:
         """A change whose start failed (or whose canary failed) is rolled back here, in the same phase:
         its previous files back, and the previous configuration started and followed with the same gates.
         ``facts["rollout"]`` is the rollout's observation after the restart (and the rollback)."""
         observed = _rollout.after_restart(args["observed"], facts)
         facts["rollout"] = observed
         decision = _rollout.decide(observed)
+        if decision["rollback_wanted"] and lease is not None:
+            try:
+                lease.renew()
+            except StepFailed as lost:
+                # another run holds the host now: its own run decides what becomes of the change
+                facts["failure"] = lost.failure
+                facts["rollout"] = observed = _rollout.after_restart(args["observed"], facts)
+                decision = _rollout.decide(observed)
         if not decision["rollback_wanted"]:
             return
         host = str(task_vars.get("inventory_hostname", ""))
@@ -261,6 +267,7 @@ class ActionModule(ActionBase):
         self._preflight(args, task_vars)
         if not args["restart"] or args["inflight_invocation"]:
             return
+        facts["sleep_before"] = sleep_before_stop(steps, options, steps.variable("sglang_restart_api_key", ""), str(task_vars.get("inventory_hostname", "")))
         if options["load_url"]:
             facts["drain"] = self._drain(steps, args, str(task_vars.get("inventory_hostname", "")))
         self._record(
@@ -273,7 +280,7 @@ class ActionModule(ActionBase):
         )
         self._read_history(steps, args, facts, task_vars)
         if stops_first(options, node):
-            self._stop_and_release(steps, args)
+            facts["leftovers"] = self._stop_and_release(steps, args, str(task_vars.get("inventory_hostname", "")))
 
     def _start(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None) -> None:
         options, node = args["options"], args["node"]
@@ -303,11 +310,15 @@ class ActionModule(ActionBase):
                 self._record(steps, args, facts, "wait", "Wait | Note in the run record that the start is waited on")
             read = self._read_history(steps, args, facts, task_vars)
             wait = wait_args(options, hidden, read, previous_invocation(args))
-            channel = channel_name(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {}))
+            if args["holds_lease"]:
+                wait["lease_run_id"] = args["run_id"]
+            channel = channel_name(node, args["peers"])
             if channel:
                 wait.update(deployment=node["deployment"], channel=channel)
             start.wait(seen, {**wait, "node_rank": rank, "peers": node.get("peers") or {}})
             facts["wait"] = seen.wait
+            if seen.wait.get("reason") == "lease_lost":
+                raise StepFailed(LEASE_STAGE, RENEW, {"failed": True, "changed": False, "reason": "lease_lost", "msg": str(seen.wait.get("msg") or "")})
             if restart and generates_wanted(options, seen, rank):
                 self._record(steps, args, facts, "smoke", "Smoke test | Note in the run record that the start is smoke-tested")
                 start.smoke(seen)
@@ -333,12 +344,7 @@ class ActionModule(ActionBase):
         if not args["record"]:
             return
         stage = "restart" if step == "restart" else "wait" if step in ("wait", "passed") else step
-        facts["record"] = steps.module(
-            stage,
-            name,
-            "inferops.runbooks.run_record",
-            {"unit": args["options"]["unit"], "run_id": args["run_id"], "step": step, **({"updates": updates} if updates else {})},
-        )
+        facts["record"] = advance_record(steps, stage, name, args["options"]["unit"], args["run_id"], step, updates)
 
     def _read_history(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
         """What this host's earlier starts on the configuration in place teach (stall limits, good
@@ -371,6 +377,8 @@ class ActionModule(ActionBase):
         started = time.monotonic()
         slices: list[dict[str, t.Any]] = []
         while True:
+            if self.lease is not None:
+                self.lease.renew()
             remaining = max(timeout - (time.monotonic() - started), 0.0)
             read = steps.module(
                 "drain",
@@ -393,7 +401,7 @@ class ActionModule(ActionBase):
                 return drain_seen(slices, time.monotonic() - started)
             display.display(f"{host}: {options['unit']} draining: {slices[-1].get('msg', '')}, {time.monotonic() - started:.0f}s of {timeout:.0f}s")
 
-    def _stop_and_release(self, steps: Steps, args: t.Mapping[str, t.Any]) -> None:
+    def _stop_and_release(self, steps: Steps, args: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any]:
         options, before = args["options"], args["before"]
         unit, timeout = options["unit"], options["release_timeout"]
         systemctl(steps, "restart", "Restart | Stop the unit", "stop", unit)
@@ -401,19 +409,21 @@ class ActionModule(ActionBase):
         if pid > 0:
             gone = f"The old main process {pid} of {unit} is still running {timeout} s after the stop."
             wait_gone(steps, "restart", "Restart | Wait until the old main process has exited", pid, timeout, gone)
+        leftovers = release_leftovers(steps, "restart", "Restart", options, host)
         address = f"{port_host(options)}:{options['port']}"
         held = (
             f"{address} still accepts connections {timeout} s after {unit} stopped: a leftover process holds the port,"
             ' and a new start would fail with "Address already in use".'
         )
         wait_port_free(steps, "restart", "Restart | Wait until the port is released", options["port"], timeout, held)
+        return leftovers
 
     def _preflight(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
         """A node of a deployment goes on only when every other node got through its preflight (the
         prepare phase, a task before this one)."""
         node = args["node"]
         if node.get("multi_node"):
-            behind_peers(node, task_vars, lagging(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})), "preflight")
+            behind_peers(node, task_vars, lagging(node, args["peers"]), "preflight")
 
     def _together(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], together: Rendezvous | None, part: str, gate: str) -> None:
         """A node of a deployment goes on only when every other node got through ``part`` of this phase,
@@ -421,8 +431,8 @@ class ActionModule(ActionBase):
         if together is not None:
             behind_peers(args["node"], task_vars, together.lagging(part, rendezvous_timeout(args["options"])), gate)
 
-    def _rendezvous(self, node: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> Rendezvous | None:
-        name = channel_name(node, t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {}))
+    def _rendezvous(self, node: t.Mapping[str, t.Any], peers: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> Rendezvous | None:
+        name = channel_name(node, peers)
         if name is None:
             return None
         return Rendezvous(channel_directory(C.DEFAULT_LOCAL_TMP, name), str(task_vars.get("inventory_hostname", "")), node.get("peers") or {})

@@ -6,7 +6,7 @@ Once a configuration that passed serves (the new one, the previous one after a r
 never stopped), the worker goes back into the router with the registration the run record kept (the
 user's restore hooks ran just before, in the role); the run record is settled where the host ends
 (``done`` once nothing is left to undo); and the host's report is assembled from what the run observed
-(``module_utils/_runbook_report``: its verdict and reason). The decisions are ``_rollout.decide``'s,
+(``plugin_utils/_runbook_report``: its verdict and reason). The decisions are ``_rollout.decide``'s,
 over what the role observed, with the outcome of putting the host back.
 """
 
@@ -15,28 +15,69 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import fleet_starts, runbook_report
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import fleet_starts, runbook_report
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction, advance_record, optional_mapping
 
-ARGUMENT_SPEC: dict[str, t.Any] = {}
+ARGUMENT_SPEC: dict[str, t.Any] = {
+    # what the prepare phase returned (its context)
+    "context": {"type": "dict", "required": True},
+    # what the restart phase returned
+    "restarted": {"type": "dict", "default": {}},
+    # a failed step, and a failed restore hook, the role's rescues kept (only this run's count)
+    "failure": {"type": "raw"},
+    "traffic_failure": {"type": "raw"},
+    # the unit and the report directory as given, for the report of a run whose variables were refused
+    "unit": {"type": "raw"},
+    "report_dir": {"type": "raw"},
+}
 ROLE = "sglang_restart"
 PUT_BACK = "Settle | Add this worker to the router again"
+LAST_WORD = "Settle | Read the host at the end of the run"
+# the states in which the run ends with the host serving what it judged
+SERVING_STATES = ("restarted", "new_configuration", "unchanged", "rolled_back")
 
 
-def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
-    """What the run observed up to here: the prepare phase's facts (its registered result) with the
-    failures the role's rescues kept, and what the restart phase saw."""
-    facts = _observed.phase_facts(
-        steps.variable("sglang_restart__prepared"), steps.variable("sglang_restart_failure"), steps.variable("sglang_restart_traffic_failure")
-    )
-    restarted = steps.variable("sglang_restart__restart", {}) or {}
-    seen = dict(restarted.get("seen") or {}) if isinstance(restarted, dict) else {}
-    task_vars = steps.task_vars
+def expected_end(state: str, seen: t.Mapping[str, t.Any], changed: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any] | None:
+    """What the host must show at the end of a run that ends serving: the invocation its last wait
+    judged, and each changed file's hash (the new content, or the previous one after a rollback; None:
+    the file must not exist). None when the run ends otherwise (nothing it says can be contradicted
+    by a serving host)."""
+    if state not in SERVING_STATES:
+        return None
+    rolled_back = state == "rolled_back"
+    wait = _observed.mapping(_observed.mapping(seen.get("rollback")).get("wait") if rolled_back else seen.get("wait"))
+    files: dict[str, str | None] = {}
+    for entry in changed:
+        if rolled_back:
+            files[str(entry["path"])] = _rollout.content_sha256(entry["previous"]) if entry.get("existed") and isinstance(entry.get("previous"), str) else None
+        else:
+            files[str(entry["path"])] = _rollout.content_sha256(str(entry.get("content") or ""))
+    return {"invocation_id": str(wait.get("invocation_id") or ""), "files": files}
+
+
+def contradictions(expected: t.Mapping[str, t.Any], unit: t.Mapping[str, t.Any], files: t.Mapping[str, t.Any]) -> list[str]:
+    """What the host shows against what the run judged, in words; none when they agree."""
+    found = []
+    if unit and unit.get("ActiveState") not in _rollout.ACTIVE_STATES:
+        found.append(f"the unit is {unit.get('ActiveState')} ({unit.get('SubState')})")
+    elif unit and expected["invocation_id"] and unit.get("InvocationID") != expected["invocation_id"]:
+        found.append(f"the unit runs invocation {unit.get('InvocationID')}, not {expected['invocation_id']} that this run judged")
+    for path, sha in expected["files"].items():
+        now = (files.get(path) or {}).get("sha256") if path in files else sha
+        if now != sha:
+            found.append(f"{path} is not what this run left ({'absent' if now is None else 'other content'})")
+    return found
+
+
+def role_state(args: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """What the run observed up to here, from this phase's arguments: the prepare phase's context with
+    the failures the role's rescues kept, and what the restart phase saw."""
+    facts = _observed.phase_facts(optional_mapping(args["context"]), args["failure"], args["traffic_failure"])
+    seen = dict(optional_mapping(args["restarted"]).get("seen") or {})
     address = str(task_vars.get("ansible_host") or task_vars.get("inventory_hostname", ""))
     return {
         "facts": facts,
@@ -48,22 +89,23 @@ def role_state(steps: Steps, check_mode: bool) -> dict[str, t.Any]:
         "router": _observed.router_of(facts),
         "registration": _observed.registration_of(facts, address),
         "removed": _observed.flag(facts.get("sglang_restart_traffic_removed")),
+        "holds_lease": bool(_observed.mapping(facts.get("sglang_restart_lease")).get("holds")),
         "hook_failure": facts["sglang_restart_traffic_failure"],
         "run": {
             "host": str(task_vars.get("inventory_hostname", "")),
-            "unit": steps.variable("sglang_restart_unit", ""),
+            "unit": str(args["unit"] or ""),
             "address": address,
             "check_mode": check_mode,
         },
     }
 
 
-def report_dir(options: t.Mapping[str, t.Any], steps: Steps) -> str:
+def report_dir(options: t.Mapping[str, t.Any], args: t.Mapping[str, t.Any]) -> str:
     """Where the report files go: the checked option, or as given when the variables were refused (the
     report of the refusal)."""
     if options:
         return str(options.get("report_dir") or "")
-    given = steps.variable("sglang_restart_report_dir", "")
+    given = args["report_dir"]
     return given if isinstance(given, str) else ""
 
 
@@ -79,23 +121,22 @@ def record_updates(decision: t.Mapping[str, t.Any], plan: t.Mapping[str, t.Any])
     }
 
 
-class ActionModule(ActionBase):
+class ActionModule(PhaseAction):
     """The settle phase of one host; see the module docs."""
 
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> Result:
-        task_vars = task_vars or {}
-        result: Result = super().run(tmp, task_vars)
-        del tmp
-        self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        steps = Steps(self, task_vars)
-        state = role_state(steps, bool(self._task.check_mode))
-        decision = _rollout.decide(state["rollout"])
+    def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
+        state = role_state(args, task_vars, bool(self._task.check_mode))
+        lease = HostLease(steps, state["options"]["unit"], state["run_id"]) if state["holds_lease"] else None
         failure = state["hook_failure"]
         restored: bool | None = None
+        decision = _rollout.decide(state["rollout"])
+        result: Result = {}
         try:
+            if lease is not None and not state["rollout"].get("held_elsewhere"):
+                self._still_held(lease, state)
+                decision = _rollout.decide(state["rollout"])
             if decision["restore_wanted"] and failure is None:
                 failure = self._put_back(steps, state, decision)
                 restored = state["removed"] and failure is None
@@ -104,13 +145,12 @@ class ActionModule(ActionBase):
             decision = _rollout.decide({**state["rollout"], "restore_failed": failure is not None})
             if decision["record_wanted"]:
                 self._record(steps, state, decision["settled_step"], record_updates(decision, state["plan"]))
+            if lease is not None and not decision["state"].endswith("_elsewhere"):
+                self._last_word(steps, state, decision)
+                lease.release()
         except StepFailed as failed:
             # the record cannot be written: the host fails here, as a failed task would
             result.update(failed=True, msg=str(failed))
-        finally:
-            steps.close()
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-        traffic = {"restored": restored, "failure": failure}
         went_back = {"restored": restored, "error": failure.get("msg") if failure else None}
         try:
             report = runbook_report(_observed.report_input(state["facts"], state["seen"], decision, went_back, state["run"]), ROLE)
@@ -119,15 +159,47 @@ class ActionModule(ActionBase):
             report = {}
         result.update(
             changed=restored is True,
-            steps=steps.done,
             decision=decision,
-            traffic=traffic,
+            traffic={"restored": restored, "failure": failure},
             report=report,
-            report_dir=report_dir(state["options"], steps),
+            report_dir=report_dir(state["options"], args),
             # what the report step of the play's other hosts compares their starts with
             fleet_start=fleet_starts([report]),
         )
         return result
+
+    def _still_held(self, lease: HostLease, state: dict[str, t.Any]) -> None:
+        """This run still holds the host; otherwise it ends here (another run took it over), touching nothing."""
+        try:
+            lease.renew()
+        except StepFailed as lost:
+            if _rollout.held_elsewhere(lost.failure) is None:
+                raise
+            state["seen"]["failure"] = lost.failure
+            state["rollout"] = {**state["rollout"], "held_elsewhere": "lease_lost"}
+
+    def _last_word(self, steps: Steps, state: dict[str, t.Any], decision: t.Mapping[str, t.Any]) -> None:
+        """The host read once more at the end: a run that passed must find the unit running the start it
+        judged and the files it left; otherwise someone changed the host during the run, and the report
+        says so instead of a verdict the host contradicts."""
+        expected = expected_end(decision["state"], state["seen"], _observed.changed_files(state["facts"]))
+        if expected is None:
+            return
+        unit = steps.module("settle", LAST_WORD, "inferops.runbooks.unit_info", {"unit": state["options"]["unit"]}, may_fail=True).get("unit") or {}
+        files: dict[str, t.Any] = {}
+        if expected["files"]:
+            read = steps.module(
+                "settle",
+                LAST_WORD,
+                "inferops.runbooks.run_record",
+                {"unit": state["options"]["unit"], "files": list(expected["files"])},
+                may_fail=True,
+            )
+            files = dict(read.get("host_files") or {})
+        found = contradictions(expected, unit, files)
+        if found and _observed.failure_of(state["facts"], state["seen"]) is None:
+            msg = f"changed by someone else during this run: {'; '.join(found)}"
+            state["seen"]["failure"] = {"stage": "settle", "step": LAST_WORD, "result": {"failed": True, "reason": "changed_elsewhere", "msg": msg}}
 
     def _put_back(self, steps: Steps, state: t.Mapping[str, t.Any], decision: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
         """The run record notes the step first; the worker is added back when this run (or an earlier
@@ -148,9 +220,4 @@ class ActionModule(ActionBase):
         return None
 
     def _record(self, steps: Steps, state: t.Mapping[str, t.Any], step: str, updates: t.Mapping[str, t.Any]) -> None:
-        steps.module(
-            "settle",
-            f"Settle | Note in the run record that the host is at {step}",
-            "inferops.runbooks.run_record",
-            {"unit": state["options"]["unit"], "run_id": state["run_id"], "step": step, **({"updates": dict(updates)} if updates else {})},
-        )
+        advance_record(steps, "settle", f"Settle | Note in the run record that the host is at {step}", state["options"]["unit"], state["run_id"], step, updates)

@@ -16,15 +16,15 @@ import typing as t
 
 from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure
-from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_argument_spec, wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import ProbeResult
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, FileChannel, channel_directory
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import HostCode, known_python, usable
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import PROBE_ENTRIES, HostCode, known_python, usable
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import wait_argument_spec, wait_option_problems
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._redact import hidden
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait, run_wait
 
 display = Display()
@@ -71,6 +71,7 @@ class Transport:
             "watch": probe.watch,
             "tail_lines": TAIL_LINES,
             "validate_certs": args["validate_certs"],
+            "lease_run_id": args.get("lease_run_id"),
         }
         if probe.pinning:
             module_args["invocation_id"] = wait.invocation_id
@@ -104,7 +105,7 @@ class FastTransport(Transport):
 
     def __init__(self, action: ActionModule, wait: Wait, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
         super().__init__(action, wait, args, task_vars)
-        self.code = HostCode(action, "wait_ready")
+        self.code = HostCode(action, "wait_ready", PROBE_ENTRIES)
         # a node of a deployment keeps the module's looks: the plain process's set-up (copying the code,
         # then compiling it in the first look) delays that node's first sight of its journal, and the
         # node that stalled first, the deployment's root cause, is named by when each node saw its last progress
@@ -132,7 +133,7 @@ class FastTransport(Transport):
         if result is None:
             self.usable = False
             return self.run_module(probe)
-        result = remove_values(result, set(self.args.get("redact") or []))
+        result = hidden(result, self.args.get("redact") or [])
         if result.get("failed"):
             raise ProbeFailed(str(result.get("msg") or "failed without a message"))
         return t.cast(ProbeResult, result)
@@ -163,7 +164,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, reason="invalid_rules", msg=rule_problems[0])
             return result
         if self._task.check_mode:
-            result.update(changed=False, skipped=True, msg="check mode: not waiting")
+            result.update(changed=False, waited=False, msg="check mode: not waiting")
             return result
         host = str(task_vars.get("inventory_hostname", "host"))
         wait = Wait(Settings.from_args(args, host), time.monotonic())

@@ -5,7 +5,7 @@ run's page, in one step.
 
 The files are the controller's, so they are written here, directly, each atomically (a temporary
 file in the same directory, then a rename); the managed host is not contacted. Rendering is
-``module_utils/_render``'s and ``plugin_utils/_rollout_page``'s.
+``plugin_utils/_render``'s and ``plugin_utils/_rollout_page``'s.
 
 The run's page (``<run>.html``) shows every host of the play that has a report so far: the reports
 are the play's hosts' ``<role>_report`` facts (this host's is the one given), read from hostvars, so
@@ -28,8 +28,7 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.helpers import pct_to_int
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _render
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout_page
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render, _rollout_page
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 ARGUMENT_SPEC: dict[str, t.Any] = {

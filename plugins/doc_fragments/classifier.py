@@ -22,10 +22,11 @@ options:
     description:
       - Your own rules, tried before the shipped ones.
       - Each rule is a mapping with C(id) (a string), C(pattern) and C(reason) (a string); optionally C(class)
-        (default V(allowlisted); one of V(fatal), V(allowlisted), V(unrecognized), V(ready), V(progress), V(info)),
-        C(reference) (a string), C(expires) (YYYY-MM-DD, after which the rule is reported as stale), C(phase)
-        (a start phase), C(levels) (a list of V(none), V(DEBUG), V(INFO), V(WARNING), V(ERROR), V(CRITICAL)),
-        C(progress_bar) (true or false).
+        (default V(allowlisted); one of V(fatal), V(allowlisted), V(request_error), V(survived), V(unrecognized), V(ready),
+        V(progress), V(info)), C(reference) (a string), C(expires) (YYYY-MM-DD, after which the rule is reported as stale),
+        C(phase) (a start phase), C(levels) (a list of V(none), V(DEBUG), V(INFO), V(WARNING), V(ERROR), V(CRITICAL)),
+        C(progress_bar) (true or false), C(file) (the engine's source file that logs the line - where a line names the
+        file that logged it, as vLLM's C([repo_utils.py:47]) does, the rule holds only for lines of that file).
       - C(pattern) is a case-insensitive regular expression searched in the message without its timestamp,
         rank and level prefixes; or a list of such expressions, meaning any of them (each is its own
         expression, never a character class). A number or any other type is refused.

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import typing as t
 
 from ansible.errors import AnsibleFilterError
@@ -17,6 +16,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment impo
     rollout,
     topology,
 )
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import Step, parse_batch_size
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 
@@ -50,15 +50,12 @@ def _deployment(value: t.Any, caller: str) -> Deployment:
     return Deployment(str(value.get("name")), nodes, bool(value.get("multi_node")))
 
 
-def batch_count(batch_size: t.Any) -> int:
-    """The batch size as given (a number, or its digits from an AWX survey), checked before anything restarts."""
-    digits = "" if isinstance(batch_size, bool) else str(batch_size).strip()
-    if not (digits.isdigit() and digits.isascii() and int(digits) >= 1):
-        raise AnsibleFilterError(
-            "Refusing the rollout before anything restarts: the batch size (sglang_batch_size) must be a whole number >= 1"
-            f" (deployments per batch after the canary), got {json.dumps(batch_size, default=str)}"
-        )
-    return int(digits)
+def batch_count(batch_size: t.Any) -> list[Step]:
+    """The batch size as given (a number, a percent, a ramp, or their text from an AWX survey), checked before anything restarts."""
+    steps, problem = parse_batch_size(batch_size)
+    if problem:
+        raise AnsibleFilterError(f"Refusing the rollout before anything restarts: {problem}")
+    return steps
 
 
 def deployment_rollout(deployments: t.Any, batch_size: t.Any = 1, forks: t.Any = None) -> dict[str, t.Any]:

@@ -1,6 +1,6 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters over the runbook report: thin shells around plugins/module_utils/_runbook_report.py and _render.py.
+"""Filters over the runbook report: thin shells around plugins/plugin_utils/_runbook_report.py and _render.py.
 
 Both roles build and render their report through these, so a restart and a precheck read alike.
 """
@@ -11,10 +11,11 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import ROLES, fleet_section, fleet_starts, with_fleet
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report as build_report
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import ROLES, fleet_section, fleet_starts, with_fleet
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report as build_report
 
 
 def _report(report: t.Any, filter_name: str) -> dict[str, t.Any]:

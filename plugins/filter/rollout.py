@@ -1,6 +1,6 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rollout's decisions as filters: thin shells around plugins/module_utils/_rollout.py."""
+"""The rollout's decisions as filters: thin shells around plugins/plugin_utils/_rollout.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 

@@ -40,7 +40,6 @@ from ansible_collections.inferops.runbooks.plugins.module_utils import _engines,
 STORE_VERSION = 1
 STORE_KIND = "inferops.canary"
 STORE_LIMIT = 50  # canaries kept per unit, newest last
-VERDICTS = ("pass", "fail", "inconclusive")
 
 # metric -> (figure in a run's figures, the better direction, default threshold in percent, label, unit)
 METRICS: dict[str, tuple[str, str, float | None, str, str]] = {

@@ -50,6 +50,9 @@ __all__ = ["ENGINES", "RuleError", "Scanner", "check_rules", "classify", "classi
 MAX_TRACEBACK_LINES = 60
 # how far after a request-level line its traceback may begin (vLLM prints it on the next line)
 REQUEST_TRACEBACK_GAP = 2
+# the classes of a line after which the engine's code carries on: the traceback it logs is of its class,
+# unless the traceback's exception names a failure of the server
+CARRIES_ON = ("request_error", "survived")
 MAX_SHAPES = 50_000
 # bytes of line shapes the cache may hold: one long line each time must not make memory grow
 MAX_SHAPE_BYTES = 1 << 24
@@ -192,6 +195,9 @@ class Event:
             result["traceback"] = self.traceback
         if self.event_class == "unrecognized":
             result["suggested_rule"] = suggest_rule(self.message)
+        if self.event_class == "survived":
+            # the engine's source file that logged it, whose code carries on after it
+            result["file"] = self.rule.file if self.rule else None
         return result
 
 
@@ -590,7 +596,7 @@ class Scanner:
         if line.opens_traceback():
             self._open_traceback(line)
             return _OPENS
-        rule = self.rules.match(line.message, line.level, found)
+        rule = self.rules.match(line.message, line.level, found, line.logger)
         if rule is None or rule.rule_class == "info":
             self.counts["info"] += 1
             return _INFO if line.stream is None else _INFO_STREAMED
@@ -610,7 +616,7 @@ class Scanner:
 
     def _apply(self, rule: Rule, line: ParsedLine, key: str | None = None) -> None:
         """What a classified line adds to the report (its count is already taken)."""
-        if rule.rule_class == "request_error":
+        if rule.rule_class in CARRIES_ON:
             self._request_line = (line.stream, line.number, rule)
         if rule.rule_class in self.events:
             self._record(rule.rule_class, rule, line, key=key)
@@ -745,12 +751,14 @@ class Scanner:
         asked = (summary.message, summary.level, header.message, header.level, request_rule.id if request_rule else None)
         found = self._traceback_rules.get(asked)
         if found is None:
-            rule = self.rules.match(summary.message, summary.level) or self.rules.match(header.message, header.level)
+            rule = self.rules.match(summary.message, summary.level, location=summary.logger) or self.rules.match(
+                header.message, header.level, location=header.logger
+            )
             event_class = "allowlisted" if rule is not None and rule.rule_class == "allowlisted" else "fatal"
             if event_class == "fatal" and (rule is None or rule.rule_class != "fatal"):
                 rule = self.rules.match(TRACEBACK_HEADER, "none")
             if request_rule is not None and event_class == "fatal" and (rule is None or rule.id in ANY_EXCEPTION_RULES):
-                event_class, rule = "request_error", request_rule
+                event_class, rule = request_rule.rule_class, request_rule
             if len(self._traceback_rules) >= MAX_KEYS:
                 self._traceback_rules.clear()
             found = self._traceback_rules[asked] = (event_class, rule)
@@ -950,9 +958,12 @@ def classify_line(line: str | bytes, engine: str = "auto", rules: RuleSet | None
     parsed = parse(texts[-1] if texts else "", 1)
     if len(texts) > 1:
         first = parse(texts[0], 1)
-        if ruleset.match(first.message, first.level) is not None and ruleset.match(parsed.message, parsed.level) is None:
+        if (
+            ruleset.match(first.message, first.level, location=first.logger) is not None
+            and ruleset.match(parsed.message, parsed.level, location=parsed.logger) is None
+        ):
             parsed = first
-    rule = ruleset.match(parsed.message, parsed.level)
+    rule = ruleset.match(parsed.message, parsed.level, location=parsed.logger)
     event_class = rule.rule_class if rule else "info"
     if parsed.opens_traceback():
         event_class = "fatal"

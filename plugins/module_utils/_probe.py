@@ -18,9 +18,10 @@ import typing as t
 from collections import deque
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _journal_state as journal_state
+from ansible_collections.inferops.runbooks.plugins.module_utils import _lease
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, probe
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged
+from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS, merged
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
 from ansible_collections.inferops.runbooks.plugins.module_utils._run_record import STATE_DIR
@@ -73,6 +74,8 @@ def argument_spec() -> dict[str, t.Any]:
         journal_grep={"type": "bool", "default": False},
         journal_state={"type": "bool", "default": False},
         state_dir={"type": "str", "default": STATE_DIR},
+        # the rollout that holds the host's lease: each look renews its heartbeat (module_utils/_lease)
+        lease_run_id={"type": "str"},
     )
     return spec
 
@@ -331,6 +334,7 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
     known = phase_index(params["phase"])
     settle_until: float | None = None
     tracing: _TracebackSettle | None = None
+    judged_by: float | None = None
     ended = False
     catch_up(watch, follower, params)
     while True:
@@ -347,7 +351,12 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
             ended = True
             time.sleep(JOURNALD_LAG)
             watch.feed(follower.poll(0))
-        if scanner.open_traceback is None or (ended and scanner.traceback_reached_exception):
+        if scanner.counts.get("fatal", 0):
+            # the start is lost: the other ranks' copies get a moment, what follows them (more
+            # tracebacks, a server that goes on printing) is evidence the verdict does not wait for
+            judged_by = judged_by or now + FATAL_SETTLE
+            settle_until = judged_by
+        elif scanner.open_traceback is None or (ended and scanner.traceback_reached_exception):
             tracing = None
             if ended:
                 return
@@ -355,8 +364,6 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
             # the rest of a traceback is on its way: wait while it grows (a dead process's lines all come)
             tracing = tracing or _TracebackSettle(now)
             settle_until = tracing.until(now, scanner.line_number, ended)
-        if tracing is None and scanner.counts.get("fatal", 0):
-            settle_until = min(settle_until or now + FATAL_SETTLE, now + FATAL_SETTLE)
         if settle_until is not None:
             if now >= settle_until:
                 return
@@ -463,9 +470,21 @@ def look(params: dict[str, t.Any], bin_path: BinPath = find_bin, runner: Runner 
     if params["tail_lines"] > 0:
         report["tail"] = list(watch.tail)
     result = {"changed": False, "unit": watch.state, "journal": report, "health": health, "health_history": pacer.history, "watched": watched}
+    if params["lease_run_id"]:
+        result["lease"] = renew_lease(unit, params["state_dir"], params["lease_run_id"])
     if watch.warnings:
         result["warnings"] = watch.warnings
     return result
+
+
+def renew_lease(unit: str, state_dir: str, run_id: str) -> dict[str, t.Any]:
+    """The heartbeat of the run's lease renewed; whether the run still holds it, and who does."""
+    try:
+        renewed = _lease.renew(_lease.lease_path(unit, state_dir), run_id)
+    except (_lease.LeaseError, OSError) as exc:
+        return {"held": True, "problem": f"the lease could not be renewed: {exc}"}
+    lease = renewed.get("lease")
+    return {"held": renewed["held"], "holder": _lease.describe(lease, time.time()) if lease and not renewed["held"] else None}
 
 
 def with_defaults(given: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

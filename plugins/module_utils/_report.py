@@ -16,7 +16,7 @@ import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES
 
-EVENT_CLASSES = ("fatal", "allowlisted", "request_error", "unrecognized")
+EVENT_CLASSES = ("fatal", "allowlisted", "request_error", "survived", "unrecognized")
 MAX_EVENTS_PER_CLASS = 200
 
 
@@ -33,6 +33,7 @@ def empty_report(strict: bool = False) -> dict[str, t.Any]:
         "fatal": [],
         "allowlisted": [],
         "request_error": [],
+        "survived": [],
         "unrecognized": [],
         "counts": {},
         "lines": 0,

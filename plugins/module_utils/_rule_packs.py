@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._survived import survived_rules
+
 RulePack = t.List[t.Dict[str, t.Any]]
 
 SGLANG_ISSUES = "https://github.com/sgl-project/sglang/issues"
@@ -111,6 +113,62 @@ COMMON: RulePack = [
         "pattern": r"FlashInfer is not available\. Falling back",
         "reason": "Sampling uses the PyTorch-native implementation instead of FlashInfer.",
         "reference": f"{VLLM_ISSUES}",
+    },
+    # -- container and launcher output: an image's entrypoint banner is judged by what follows it ----
+    # NGC images (PyTorch, Triton, NeMo, the CUDA base images vLLM's and SGLang's images build on) run
+    # /opt/nvidia/nvidia_entrypoint.sh: its entrypoint.d scripts print the image's banner and checks of
+    # the driver, the CPU and /dev/shm, and then start the server whatever they found. A check that found
+    # something is a warning (survived): the server's own lines say whether it could run.
+    {
+        "id": "common-ngc-banner-driver-check",
+        "class": "survived",
+        "pattern": [
+            r"^This container was built for (?:NVIDIA Driver Release|CPUs supporting at least the AVX)",
+            r"^\s*version \S{0,40} ?was detected and compatibility mode is UNAVAILABLE",
+            # the CUDA status the check read, in double brackets: [[CUDA_ERROR_SYSTEM_DRIVER_MISMATCH ... cuda error (803)]]
+            r"^\s*\[\[[^\[\]]{0,400}\]\]\s*$",
+            r"^The NVIDIA Driver (?:was not detected|is present, but CUDA failed to initialize)\.",
+            r"^No supported GPU\(s\) detected to run this container",
+            r"^Detected NVIDIA .{1,80} GPU, which (?:is not yet supported|is not supported) in this version of the container",
+            r"^Failed to detect NVIDIA driver version\.",
+        ],
+        "reason": "The NGC image's entrypoint checked the driver, the GPU or the CPU and starts the server anyway: a warning;"
+        " whether the server could run, its own lines say (a CUDA error, a traceback, the ready marker).",
+        "reference": "NGC images' /opt/nvidia/entrypoint.d (nvcr.io/nvidia/pytorch, tritonserver, nvidia/cuda); seen before a 49 GB SGLang"
+        " load on a host with driver 580 and an image built for 595",
+        "file": "/opt/nvidia/nvidia_entrypoint.sh",
+    },
+    {
+        "id": "common-ngc-banner-notes",
+        "class": "allowlisted",
+        "pattern": [
+            r"^(?:NOTE: )?Legacy NVIDIA Driver detected\.\s+Compatibility mode ENABLED",
+            r"^CUDA Forward Compatibility mode ENABLED",
+            r"^(?:NOTE: )?MOFED driver for multi-node communication was not detected",
+            r"^(?:NOTE: )?The SHMEM allocation limit is set to the default of",
+            r"^\*\* DEPRECATION NOTICE! \*\*$",
+            r"^THIS IMAGE IS DEPRECATED and is scheduled for DELETION",
+        ],
+        "reason": "The NGC image's entrypoint notes how it runs (compatibility mode, no MOFED, /dev/shm, a deprecated image tag); the server starts.",
+        "reference": "NGC images' /opt/nvidia/entrypoint.d and nvidia/cuda images' deprecation notice",
+    },
+    {
+        "id": "common-rocm-image-notes",
+        "class": "allowlisted",
+        "pattern": [
+            r"amdgpu\.ids: No such file or directory",
+            r"^(?:WARNING: )?AMD GPU device\(s\) is/are in a low-power state\. Check power control/runtime_status",
+        ],
+        "reason": "ROCm images: libdrm misses its table of marketing names (cosmetic), or rocm-smi/amd-smi sees idle GPUs in"
+        " power saving (they wake for work); the server starts.",
+        "reference": "libdrm (/opt/amdgpu/share/libdrm/amdgpu.ids) in ROCm images, rocm-smi and amd-smi; ROCm/ROCm#5849",
+    },
+    {
+        "id": "common-container-image-pull",
+        "class": "allowlisted",
+        "pattern": r"^Unable to find image '[^']{1,300}' locally$",
+        "reason": "docker run pulls an image it does not have yet, then starts the container.",
+        "reference": "docker run (a unit that runs the server in a container)",
     },
     # -- fatal: shapes of real failures ----------------------------------------------------
     {
@@ -344,6 +402,42 @@ SGLANG: RulePack = [
         "reference": f"{SGLANG_SOURCE}/python/sglang/srt/entrypoints/http_server.py and entrypoints/openai/serving_base.py, serving_chat.py,"
         " serving_responses.py, serving_tokenize.py (logger.error or logger.exception, then the error response; seen in sglang"
         f" {SGLANG_REQUEST_VERSIONS}, docs/engine-source.md)",
+    },
+    # -- survived: an ERROR line after which SGLang's own code carries on (SGLang prints no level and no file)
+    {
+        "id": "sglang-survived-hicache-prefetch",
+        "class": "survived",
+        "pattern": r"^HiCache prefetch transfer failed for request ",
+        "reason": "One request's prefetch from the hierarchical cache failed; the cache controller drops it and the request is computed anew.",
+        "reference": f"{SGLANG_SOURCE}/python/sglang/srt/managers/cache_controller.py (logger.exception, then the prefetch is ended;"
+        " seen in sglang 0.5.22 to 0.5.23, docs/engine-source.md)",
+        "file": "sglang/srt/managers/cache_controller.py",
+    },
+    {
+        "id": "sglang-survived-context-length-override",
+        "class": "survived",
+        "pattern": r"^Warning: User-specified context_length \(.{0,40}\) is greater than the derived context_length",
+        "reason": "--context-length is above the model's own (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN): SGLang warns and uses it.",
+        "reference": f"{SGLANG_SOURCE}/python/sglang/srt/configs/model_config.py (logger.warning, then the given length; seen in sglang 0.4.0 to 0.5.23,"
+        " docs/engine-source.md)",
+        "file": "sglang/srt/configs/model_config.py",
+    },
+    {
+        "id": "sglang-survived-flashinfer-fusion-disabled",
+        "class": "survived",
+        "pattern": r"^FlashInfer allreduce fusion disabled globally because workspace initialization failed",
+        "reason": "The fused all-reduce's workspace could not be made on some rank: SGLang runs the plain all-reduce everywhere.",
+        "reference": f"{SGLANG_SOURCE}/python/sglang/srt/layers/flashinfer_comm_fusion.py (logger.warning, then fusion off; docs/engine-source.md)",
+        "file": "sglang/srt/layers/flashinfer_comm_fusion.py",
+    },
+    {
+        "id": "sglang-survived-dflash-fallback",
+        "class": "survived",
+        "pattern": r"^DFLASH fused KV initialization failed, falling back to sequential path",
+        "reason": "The speculative decoder's fused KV path could not start: it uses the sequential path.",
+        "reference": f"{SGLANG_SOURCE}/python/sglang/srt/speculative/dflash_worker.py and dflash_worker_v2.py (logger.warning, then the"
+        " sequential path; docs/engine-source.md)",
+        "file": "sglang/srt/speculative/dflash_worker.py",
     },
     {
         "id": "sglang-fired-up",
@@ -691,4 +785,6 @@ VLLM: RulePack = [
         "reference": f"{VLLM_ISSUES}/11899",
         "phase": "warming_up",
     },
+    # -- survived: ERROR lines after which vLLM's own code carries on, one rule a source file (_survived)
+    *survived_rules(),
 ]

@@ -30,8 +30,9 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._lines import ST
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import COMMON
 
 # request_error: a line about one request (a model name that does not exist, a bad parameter): counted,
-# never a failure alone
-CLASSES = ("fatal", "allowlisted", "request_error", "unrecognized", "ready", "progress", "info")
+# never a failure alone; survived: an ERROR line after which the engine's own code carries on (falls
+# back, retries, skips one item): a warning, counted and shown with its source file, never a failure alone
+CLASSES = ("fatal", "allowlisted", "request_error", "survived", "unrecognized", "ready", "progress", "info")
 PHASES = ("starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready")
 LEVELS = ("none", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENGINES = _engines.ENGINE_NAMES
@@ -39,13 +40,16 @@ ENGINES = _engines.ENGINE_NAMES
 REQUIRED_KEYS = ("id", "pattern", "reason")
 # where the user's own rules come from, as their labels say: rule 'site-x' (extra rules #1)
 USER_SOURCE = "extra rules"
-OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar")
+# file: the engine's source file that logs the line; where a line names the file that logged it (vLLM's
+# ``[repo_utils.py:47]``), the rule holds only for lines of that file
+OPTIONAL_KEYS = ("class", "reference", "expires", "phase", "levels", "progress_bar", "file")
 
 # The order in which shipped rules are tried: a specific allowlist entry beats a generic fatal
 # shape (and so does a request-level entry: an ERROR line about one request), a fatal shape beats
 # a progress milestone ("Capture cuda graph failed"), and the warning vocabulary only catches what
-# nothing else claimed.
-CLASS_PRECEDENCE = ("allowlisted", "request_error", "fatal", "ready", "progress", "info", "unrecognized")
+# nothing else claimed. A survived line's rule names its message family and its file: it beats the
+# generic fatal shapes (an ERROR level), and its own guard keeps a line naming the engine's death fatal.
+CLASS_PRECEDENCE = ("allowlisted", "request_error", "survived", "fatal", "ready", "progress", "info", "unrecognized")
 
 # What a rule sees of a line at most: a longer line is cut (see _lines.MAX_LINE_CHARS); the
 # adversarial probes are this long.
@@ -88,6 +92,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "reference": (str,),
     "phase": (str,),
     "progress_bar": (bool,),
+    "file": (str,),
 }
 _TYPE_WORDS = {str: "a string", bool: "true or false"}
 
@@ -101,6 +106,8 @@ class Rule:
 
     __slots__ = (
         "expires",
+        "file",
+        "file_name",
         "id",
         "levels",
         "literals",
@@ -126,8 +133,14 @@ class Rule:
         self.levels = tuple(spec["levels"]) if spec.get("levels") else None
         self.progress_bar = bool(spec.get("progress_bar", False))
         self.expires = _parse_expiry(spec.get("expires"), self.label)
+        self.file = str(spec.get("file") or "") or None
+        self.file_name = self.file.rsplit("/", 1)[-1] if self.file else None
         self.regex = _compile(self.pattern, self.label)
         self.shape_regex = _digits_relaxed(self.pattern) if self.digit_sensitive else None
+        if self.file_name and any(character.isdigit() for character in self.file_name):
+            # lines of two files whose names differ only in digits share a digit-masked shape
+            by_file = re.sub(r"\\\d|\d", r"\\d", re.escape(self.file_name))
+            self.shape_regex = re.compile(f"{by_file}|{self.shape_regex.pattern}" if self.shape_regex else by_file, re.IGNORECASE)
         self.literals = required_literals(self.regex)
 
     @property
@@ -150,6 +163,14 @@ class Rule:
     def applies_to(self, level: str) -> bool:
         return self.levels is None or level in self.levels
 
+    def logged_by(self, location: str | None) -> bool:
+        """Whether a line logged at ``location`` (``repo_utils.py:47``, as vLLM prints it; None when the
+        line does not say) can be this rule's: any line for a rule without a file, or a line that does not
+        say where it was logged; else only a line of the rule's file."""
+        if self.file_name is None or not location:
+            return True
+        return location.rsplit(":", 1)[0].rsplit("/", 1)[-1] == self.file_name
+
     def describe(self) -> dict[str, t.Any]:
         return {
             "id": self.id,
@@ -158,6 +179,7 @@ class Rule:
             "reference": self.reference,
             "expires": self.expires.isoformat() if self.expires else None,
             "source": self.source,
+            "file": self.file,
         }
 
 
@@ -533,14 +555,15 @@ class RuleSet:
                 return True
         return False
 
-    def match(self, message: str, level: str, anchors: t.Iterable[bytes] | None = None) -> Rule | None:
-        """The first rule, in order, whose pattern is found in the message and whose levels allow it.
+    def match(self, message: str, level: str, anchors: t.Iterable[bytes] | None = None, location: str | None = None) -> Rule | None:
+        """The first rule, in order, whose pattern is found in the message and whose levels (and file,
+        where the line names the ``location`` that logged it) allow it.
 
         ``anchors``: what ``line_search.findall`` found in the lower-cased line the message comes
         from (the line holds the message), to spare searching the message again."""
         for index in self._candidates(message, anchors):
             rule = self.rules[index]
-            if rule.applies_to(level) and rule.regex.search(message):
+            if rule.applies_to(level) and rule.logged_by(location) and rule.regex.search(message):
                 return rule
         return None
 

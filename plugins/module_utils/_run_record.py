@@ -41,8 +41,6 @@ STEPS = (
     "restore",
     "done",
 )
-# the steps after which the host serves a configuration that passed (or was never stopped)
-SETTLED = ("done",)
 WORKER_KEYS = ("url", "priority", "cost", "worker_type", "bootstrap_port")
 FILE_KEYS = ("path", "kind", "existed", "previous_sha256", "new_sha256")
 

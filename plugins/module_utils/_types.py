@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import typing as t
 
-Verdict = t.Literal["pass", "fail", "pending", "skipped"]
 # why a wait ended; `ready` is the reason of a pass
 Reason = t.Literal[
     "ready",
@@ -27,11 +26,10 @@ Reason = t.Literal[
     "unreachable",
     "probe_failed",
     "peer_failed",
+    "lease_lost",
     "invalid_options",
     "invalid_rules",
 ]
-Phase = t.Literal["starting", "loading_weights", "allocating_kv_cache", "capturing_cuda_graphs", "warming_up", "ready"]
-EventClass = t.Literal["fatal", "allowlisted", "request_error", "unrecognized"]
 
 
 class Event(t.TypedDict, total=False):

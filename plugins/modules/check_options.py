@@ -54,7 +54,7 @@ options:
     required: true
     choices: [sglang_precheck, sglang_restart]
 notes:
-  - The option set of each role is declared once, in C(plugins/module_utils/_options.py), from the same declarations
+  - The option set of each role is declared once, in C(plugins/plugin_utils/_options.py), from the same declarations
     the wait and the probe use; each role's C(meta/argument_specs.yml) documents it.
 seealso:
   - module: inferops.runbooks.wait_ready

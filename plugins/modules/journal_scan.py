@@ -141,13 +141,21 @@ request_error:
   returned: always
   type: list
   elements: dict
+survived:
+  description:
+    - ERROR lines after which the engine's own code carries on (it falls back, retries, skips one item or answers
+      one request with an error; read from the engine's source), as events like RV(fatal) with C(file), the engine's
+      source file that logs the line - warnings, never a failure alone.
+  returned: always
+  type: list
+  elements: dict
 unrecognized:
   description: Warnings and errors no rule knows, as events like RV(fatal), each with a C(suggested_rule) to allowlist it.
   returned: always
   type: list
   elements: dict
 counts:
-  description: Lines per class (fatal, allowlisted, request_error, unrecognized, ready, progress, info).
+  description: Lines per class (fatal, allowlisted, request_error, survived, unrecognized, ready, progress, info).
   returned: always
   type: dict
 lines:
@@ -205,7 +213,7 @@ import typing as t  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, Scanner, check_rules  # noqa: E402
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import CLASSIFIER_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import CLASSIFIER_OPTIONS, UNIT_OPTIONS, merged  # noqa: E402
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import (  # noqa: E402
     GrepRead,
     GrepUnavailable,

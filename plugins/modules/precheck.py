@@ -14,7 +14,8 @@ description:
   - Checks every variable and rule on the controller (M(inferops.runbooks.check_options)); reads the unit
     (M(inferops.runbooks.unit_info)) and the run record the last rollout left (M(inferops.runbooks.run_record)); takes
     one look at the unit, the current invocation's journal and the health endpoint (M(inferops.runbooks.service_probe));
-    when every check passed so far, generates one token through the completions API from the target (with
+    for a vLLM whose health answered 200, reads whether it sleeps (M(inferops.runbooks.server_sleep)); when every
+    check passed so far and the server is awake, generates one token through the completions API from the target (with
     C(sglang_precheck_smoke_test), on node 0) and measures the server against the host's baseline
     (M(inferops.runbooks.perf_canary), with C(sglang_precheck_canary)); adds the current start to the host's start
     history once it ended (M(inferops.runbooks.start_history)).

@@ -92,13 +92,26 @@ steps:
   type: list
   elements: dict
   sample: [{"step": "Preflight | Read the state of the unit before the restart", "outcome": "ok", "seconds": 0.38}]
-ansible_facts:
+context:
   description:
-    - The facts the rest of the role reads - C(sglang_restart_started_at), C(sglang_restart_run_id), C(sglang_restart_failure),
-      C(sglang_restart__checked), C(sglang_restart_before), C(sglang_restart_record), C(sglang_restart_plan),
-      C(sglang_restart_new_files), C(sglang_restart_deploy_files), C(sglang_restart_deploy_applied) and the others
-      the run starts from.
+    - What the phases after this one take as their argument C(context) (M(inferops.runbooks.restart),
+      M(inferops.runbooks.settle)) - C(sglang_restart_started_at), C(sglang_restart_run_id), C(sglang_restart_failure),
+      C(sglang_restart_checked) (the checked variables and this host's node), C(sglang_restart_stage),
+      C(sglang_restart_before), C(sglang_restart_record), C(sglang_restart_plan), C(sglang_restart_lease),
+      C(sglang_restart_new_files), C(sglang_restart_deploy_files), C(sglang_restart_deploy_applied) and the others the
+      run starts from.
   returned: always
   type: dict
   sample: {"sglang_restart_run_id": "20260101T120000Z-4242", "sglang_restart_deploy_applied": false}
+peer:
+  description:
+    - What the other nodes of this host's deployment need of it (their restart phase's O(inferops.runbooks.restart#module:peers)) -
+      C(run_id), C(reached_preflight).
+  returned: always
+  type: dict
+  sample: {"run_id": "20260101T120000Z-4242", "reached_preflight": true}
+ansible_facts:
+  description: The same as RV(context), as facts of the host (and the host's Python when this phase discovered it).
+  returned: always
+  type: dict
 """

@@ -9,13 +9,16 @@ module: restart
 short_description: The restart phase of a rollout - stop or restart the unit, follow its cold start, prove it generates
 version_added: 0.3.0
 description:
-  - The restart phase of the role P(inferops.runbooks.sglang_restart#role) on one host, in one task. Its input is the
-    role's checked variables and what the role's earlier steps left (the unit before the run, the run record's plan,
-    the rollout's decisions); use the role rather than this module.
+  - The restart phase of the role P(inferops.runbooks.sglang_restart#role) on one host, in one task. Its input is its
+    arguments - the prepare phase's O(context) (the checked variables, the unit before the run, the run record's plan),
+    the failure a rescue kept, and the other nodes' O(peers); use the role rather than this module.
   - Notes in the run record on the host the invocation before the stop (M(inferops.runbooks.run_record)); reads the
     host's start history (M(inferops.runbooks.start_history)) for the stall limits and good starts it teaches; stops
-    the unit and waits for its old main process and its port (with C(sglang_restart_stop_first), and always for the
-    nodes of a deployment), then starts it, or restarts it in place.
+    the unit and waits for its old main process, the rest of its control group (what is left gets the unit's
+    C(KillSignal), then SIGKILL - M(inferops.runbooks.unit_leftovers)), its GPUs (where C(nvidia-smi) is on the host,
+    no compute process may hold them) and its port (with C(sglang_restart_stop_first), and always for the nodes of a
+    deployment), then starts it, or restarts it in place. For vLLM it first reads whether the server sleeps
+    (M(inferops.runbooks.server_sleep)) and says so; the new start is gated as usual.
   - Follows the new start until it is ready (M(inferops.runbooks.wait_ready), with its progress lines); generates one
     token through the completions API from the target (with C(sglang_restart_smoke_test), on node 0); adds the start
     to the start history; measures it against the host's baseline (M(inferops.runbooks.perf_canary), with
@@ -56,7 +59,20 @@ attributes:
     support: full
     platforms: posix
     description: A host with systemd and journald.
-options: {}
+options:
+  context:
+    description: What the prepare phase (M(inferops.runbooks.prepare)) returned as RV(inferops.runbooks.prepare#module:context).
+    type: dict
+    required: true
+  failure:
+    description: A failed step that a rescue of the role kept (its run id, stage, step and result); one of another run is ignored.
+    type: raw
+  peers:
+    description:
+      - For each node of this host's deployment, what its prepare phase returned for the others
+        (RV(inferops.runbooks.prepare#module:peer) - its run id, whether it got through its preflight).
+    type: dict
+    default: {}
 notes:
   - It sets no facts. The role registers its result, and reads what it saw from RV(seen); the role's report is the
     interface to read.
@@ -70,6 +86,10 @@ EXAMPLES = r"""
 # Inside the role inferops.runbooks.sglang_restart, after its variables were checked and the change deployed:
 - name: Restart, follow the cold start, generate one token, measure it
   inferops.runbooks.restart:
+    context: "{{ prepared.context }}"
+    failure: "{{ kept_failure | default({}) }}"
+    peers: "{{ {inventory_hostname: prepared.peer} }}"
+  register: restarted
 """
 
 RETURN = r"""

@@ -96,6 +96,18 @@ problem:
   description: Why a record on the host was ignored (corrupt, newer version, another unit); null when none was.
   returned: always
   type: str
+lease:
+  description: The host's lease (M(inferops.runbooks.run_lease)) - the run that holds the host now; null when none does.
+  returned: always
+  type: dict
+lease_holder:
+  description: RV(lease) in words - run, from where, since when, last heartbeat.
+  returned: always
+  type: str
+lease_age:
+  description: Seconds since the last heartbeat of RV(lease); null without one.
+  returned: always
+  type: float
 host_files:
   description: For each of O(files) and of the record's changed files, C(sha256) of the file and C(previous_sha256) of its C(.previous) copy (null when absent).
   returned: always
@@ -105,13 +117,13 @@ host_files:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall.run_record import CALL  # noqa: E402
 
 
 def main() -> None:
-    call = CALLS["run_record"]
-    module = AnsibleModule(argument_spec=call.spec, required_by=call.required_by, supports_check_mode=True)
-    run_module(module, "run_record")
+    module = AnsibleModule(argument_spec=CALL.spec, required_by=CALL.required_by, supports_check_mode=True)
+    run_module(module, CALL)
 
 
 if __name__ == "__main__":

@@ -134,13 +134,13 @@ drain:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall.server_load import CALL  # noqa: E402
 
 
 def main() -> None:
-    call = CALLS["server_load"]
-    module = AnsibleModule(argument_spec=call.spec, supports_check_mode=True)
-    run_module(module, "server_load")
+    module = AnsibleModule(argument_spec=CALL.spec, supports_check_mode=True)
+    run_module(module, CALL)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,11 @@ options:
       - The host's state directory for O(journal_state) (C(<unit>.journal.json) in it).
     type: str
     default: /var/lib/inferops
+  lease_run_id:
+    description:
+      - The rollout that holds the host's lease (C(<unit>.lease) in O(state_dir), see M(inferops.runbooks.run_lease)).
+        The look renews its heartbeat and returns RV(lease).
+    type: str
 notes:
   - The journal is read with field matches (C(_SYSTEMD_UNIT=), C(_SYSTEMD_INVOCATION_ID=)) and C(--cursor),
     never C(-u) with a cursor, which could skip an entry on systemd before its December 2023 fix.
@@ -243,6 +248,12 @@ watched:
   description: Seconds the call spent watching (without the health probe).
   returned: always
   type: float
+lease:
+  description:
+    - With O(lease_run_id), C(held) (whether that run still holds the host's lease, its heartbeat renewed) and
+      C(holder) (who holds it instead, in words).
+  returned: when O(lease_run_id) is given
+  type: dict
 python:
   description: The Python interpreter that ran the call on the managed host (M(inferops.runbooks.wait_ready) runs its later looks with it).
   returned: always

@@ -10,8 +10,8 @@ short_description: The last phase of a rollout - back into the router, the run r
 version_added: 0.3.0
 description:
   - The end of a rollout by the role P(inferops.runbooks.sglang_restart#role) on one host, in one task. Its input is
-    what the role observed (its checked variables, what the prepare, restart and rollback phases saw, the restore
-    hooks' outcome); use the role rather than this module.
+    its arguments - the prepare phase's O(context), what the restart phase returned (O(restarted)), the failures the
+    role's rescues kept; use the role rather than this module.
   - Once a configuration that passed serves (the new one, the previous one after a rollback, or the one that was
     never stopped) and the host was taken out of the router, notes the step in the run record
     (M(inferops.runbooks.run_record)), adds the worker back to the router with the registration the run record kept
@@ -42,7 +42,27 @@ attributes:
     support: full
     platforms: posix
     description: A host with systemd.
-options: {}
+options:
+  context:
+    description: What the prepare phase (M(inferops.runbooks.prepare)) returned as RV(inferops.runbooks.prepare#module:context).
+    type: dict
+    required: true
+  restarted:
+    description: What the restart phase (M(inferops.runbooks.restart)) returned.
+    type: dict
+    default: {}
+  failure:
+    description: A failed step that a rescue of the role kept (its run id, stage, step and result); one of another run is ignored.
+    type: raw
+  traffic_failure:
+    description: A restore hook that failed, as a rescue of the role kept it (its run id, step and message).
+    type: raw
+  unit:
+    description: The unit as given (C(sglang_restart_unit)), named in the report of a run whose variables were refused.
+    type: raw
+  report_dir:
+    description: The report directory as given (C(sglang_restart_report_dir)), for the report of a run whose variables were refused.
+    type: raw
 seealso:
   - module: inferops.runbooks.restart
   - module: inferops.runbooks.run_record
@@ -53,7 +73,9 @@ EXAMPLES = r"""
 # Inside the role inferops.runbooks.sglang_restart, after the restore hooks:
 - name: Settle | Put the host back into the router, note where it ends, assemble its report
   inferops.runbooks.settle:
-  register: sglang_restart__settled
+    context: "{{ prepared.context }}"
+    restarted: "{{ restarted }}"
+  register: settled
 """
 
 RETURN = r"""

@@ -181,13 +181,13 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall.start_history import CALL  # noqa: E402
 
 
 def main() -> None:
-    call = CALLS["start_history"]
-    module = AnsibleModule(argument_spec=call.spec, required_by=call.required_by, supports_check_mode=True)
-    run_module(module, "start_history")
+    module = AnsibleModule(argument_spec=CALL.spec, required_by=CALL.required_by, supports_check_mode=True)
+    run_module(module, CALL)
 
 
 if __name__ == "__main__":

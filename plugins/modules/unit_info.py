@@ -16,10 +16,27 @@ description:
   - Also reads C(ExecStart) and C(TimeoutStopSec) - when the command line asks vLLM to drain its running requests
     on a stop (C(--shutdown-timeout N), vLLM 0.18 and later) and systemd would kill the unit before the drain (and
     15 s of engine teardown) is over, it warns and says which C(TimeoutStopSec) to set (RV(graceful_shutdown)).
+  - SGLang drains its running requests on SIGTERM with no bound of its own (its C(sigterm_watchdog); no flag bounds
+    it), so C(TimeoutStopSec) is the only limit. When O(drain_before_stop=false) (no load URL - the stop itself is the
+    drain, as in the rulebooks), it warns how long SGLang may drain before systemd kills it and its running requests
+    with it (C(sglang_drain_limit) in RV(graceful_shutdown)).
 author:
   - inferops.runbooks contributors (@inferops)
 extends_documentation_fragment:
   - inferops.runbooks.unit
+options:
+  engine:
+    description:
+      - The engine the unit runs. V(auto) reads it from C(ExecStart) (a command line that runs C(sglang.launch_server),
+        C(sglang serve), C(vllm serve) or C(vllm.entrypoints)).
+    type: str
+    default: auto
+    choices: [auto, sglang, vllm]
+  drain_before_stop:
+    description:
+      - Whether the rollout waits for the running requests to finish before it stops the unit (a load URL is set). With
+        V(false) and SGLang, a warning says how long SGLang may drain on the stop before systemd kills it. Unset - not said.
+    type: bool
 seealso:
   - module: inferops.runbooks.service_probe
   - module: ansible.builtin.systemd_service
@@ -54,12 +71,16 @@ unit:
     Result: success
 graceful_shutdown:
   description:
-    - What a stop does to vLLM's drain - C(shutdown_timeout) (the seconds of C(--shutdown-timeout) in C(ExecStart), null when
-      not given), C(stop_timeout) (C(TimeoutStopSec) in seconds, null for none), C(cut_short) (systemd would kill the unit
-      before the drain and the engine's teardown end) and C(warning) (what to set, also given as a warning).
+    - What a stop does to the engine's drain - C(engine) (C(sglang), C(vllm), or null when ExecStart names neither),
+      C(shutdown_timeout) (vLLM - the seconds of C(--shutdown-timeout) in C(ExecStart), null when not given), C(stop_timeout)
+      (C(TimeoutStopSec) in seconds, null for none), C(cut_short) (systemd would kill the unit before vLLM's drain and the
+      engine's teardown end) and C(warning) (what to set, also given as a warning).
+    - For SGLang also C(sglang_drain_limit) (the seconds SGLang may drain on SIGTERM before systemd kills it, null - no
+      limit) and C(drain_before_stop) (as given).
   returned: always
   type: dict
   sample:
+    engine: vllm
     shutdown_timeout: 60
     stop_timeout: 20.0
     cut_short: true
@@ -67,13 +88,13 @@ graceful_shutdown:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import CALLS, run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import run_module  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall.unit_info import CALL  # noqa: E402
 
 
 def main() -> None:
-    call = CALLS["unit_info"]
-    module = AnsibleModule(argument_spec=call.spec, supports_check_mode=True)
-    run_module(module, "unit_info")
+    module = AnsibleModule(argument_spec=CALL.spec, supports_check_mode=True)
+    run_module(module, CALL)
 
 
 if __name__ == "__main__":

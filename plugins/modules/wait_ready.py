@@ -52,7 +52,7 @@ attributes:
     description: The wait shows its progress as it goes and cannot run in the background.
   check_mode:
     support: none
-    description: In check mode the task is skipped (there is no start to wait for).
+    description: In check mode nothing is waited for (there is no start to wait for); the result says C(waited=false).
   diff_mode:
     support: none
     description: Nothing to compare.
@@ -104,6 +104,12 @@ options:
     type: list
     elements: dict
     default: []
+  lease_run_id:
+    description:
+      - The rollout that holds the host's lease (P(inferops.runbooks.sglang_restart#role) takes it; see
+        M(inferops.runbooks.run_lease)). Every look renews the lease's heartbeat, and the wait fails with reason
+        C(lease_lost) once another run holds the host (it took the lease over as a dead run's).
+    type: str
   health_successes:
     description:
       - Consecutive HTTP 200 answers of the health endpoint needed before the soak starts.
@@ -258,13 +264,21 @@ request_error:
   returned: always
   type: list
   elements: dict
+survived:
+  description:
+    - ERROR lines after which the engine's own code carries on (it falls back, retries, skips one item or answers
+      one request with an error; read from the engine's source), as events like RV(fatal) with C(file), the engine's
+      source file that logs the line - warnings, never a failure alone.
+  returned: always
+  type: list
+  elements: dict
 unrecognized:
   description: Warnings no rule knows, each with a C(suggested_rule) to paste into O(extra_rules).
   returned: always
   type: list
   elements: dict
 counts:
-  description: Lines per class (fatal, allowlisted, request_error, unrecognized, ready, progress, info).
+  description: Lines per class (fatal, allowlisted, request_error, survived, unrecognized, ready, progress, info).
   returned: always
   type: dict
 stale_rules:

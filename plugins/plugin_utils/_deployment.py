@@ -17,6 +17,9 @@ import dataclasses
 import re
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._fleet import batch_sizes
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import Step
+
 DEPLOYMENT_VAR = "sglang_deployment"
 RANK_VAR = "sglang_node_rank"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -150,16 +153,21 @@ def _rank_problems(name: str, nodes: t.Sequence[Node]) -> list[str]:
     return problems
 
 
-def rollout(deployments: t.Sequence[Deployment], batch_size: int, forks: int | None = None) -> dict[str, t.Any]:
+def rollout(deployments: t.Sequence[Deployment], batch_size: int | t.Sequence[Step], forks: int | None = None) -> dict[str, t.Any]:
     """The hosts in rollout order and the play's ``serial`` list: the first deployment alone (the
-    canary), then ``batch_size`` deployments at a time, each batch counted in hosts. With ``forks``,
-    refuses a batch with more hosts than Ansible runs at once (its nodes' waits must run together)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise TopologyError(f"the batch size must be a whole number of deployments >= 1, got {batch_size!r}")
-    batches = [list(deployments[:1])]
-    rest = list(deployments[1:])
-    batches += [rest[start : start + batch_size] for start in range(0, len(rest), batch_size)]
-    batches = [batch for batch in batches if batch]
+    canary), then batches of ``batch_size`` deployments (a number, or the steps of a ramp, see
+    ``_fleet.batch_sizes``), each batch counted in hosts. With ``forks``, refuses a batch with more
+    hosts than Ansible runs at once (its nodes' waits must run together)."""
+    if isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1:
+        steps: t.Sequence[Step] = [Step(batch_size)]
+    elif isinstance(batch_size, (list, tuple)) and batch_size and all(isinstance(step, Step) for step in batch_size):
+        steps = batch_size
+    else:
+        raise TopologyError(f"the batch size must be a whole number of deployments >= 1, a percent or a ramp, got {batch_size!r}")
+    batches, start = [], 0
+    for size in batch_sizes(steps, len(deployments)):
+        batches.append(list(deployments[start : start + size]))
+        start += size
     serial = [sum(len(deployment.nodes) for deployment in batch) for batch in batches]
     if forks is not None:
         for batch, size in zip(batches, serial):
@@ -173,6 +181,7 @@ def rollout(deployments: t.Sequence[Deployment], batch_size: int, forks: int | N
         "hosts": [node.host for deployment in deployments for node in deployment.nodes],
         "serial": serial or [1],
         "batches": [[deployment.name for deployment in batch] for batch in batches],
+        "members": {deployment.name: [node.host for node in deployment.nodes] for deployment in deployments},
     }
 
 
@@ -236,7 +245,7 @@ def deployment_verdict(name: str, reports: t.Sequence[t.Mapping[str, t.Any]]) ->
     ``sglang_precheck_report`` of each node, with ``node_rank``): pass only when every node passed;
     a failure names the node where it began and its first fatal line, the other nodes alongside.
 
-    The result is the deployment's report, which ``module_utils/_render`` renders as it renders a
+    The result is the deployment's report, which ``plugin_utils/_render`` renders as it renders a
     host's: the role, unit and engine of node 0 (the lowest rank there is), and every node's whole
     report (``node_reports``, by rank)."""
     if not reports:

@@ -2,20 +2,25 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side helper: the collection's host code run as a plain Python process over the connection.
 
-Private to the collection; may change at any time. The collection's module_utils (standard library
-only) are copied once into a directory of their own under the remote temporary directory; each call
-then runs ``python -c BOOT <entry> <bundle>`` with its options as JSON on stdin and its result as
-JSON on stdout. A call pays neither building an AnsiballZ payload on the controller (a fifth to a third
-of a CPU second for each distinct module in a run) nor sending one; Python keeps the bytecode on
-the host. Whatever cannot be done this way (no pipelining, become, an unknown interpreter, a copy
-that fails) is left to the module, which is always the fallback.
+Private to the collection; may change at any time. The module_utils that an entry point imports
+(standard library only: the probe's look, a phase's calls) are copied once into a directory of their
+own under the remote temporary directory; each call then runs ``python -c BOOT <entry> <bundle>`` with
+its options as JSON on stdin and its result as JSON on stdout. A call pays neither building an
+AnsiballZ payload on the controller (a fifth to a third of a CPU second for each distinct module in a
+run) nor sending one; Python keeps the bytecode on the host. Whatever cannot be done this way (no
+pipelining, become, an unknown interpreter, a copy that fails) is left to the module, which is always
+the fallback. The bundle holds the entry points' import closure, read from their source (every import of the
+collection's module_utils, at any depth of the code, as ansible-core finds a module's), and nothing
+else: controller code never reaches a host.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
+import re
 import shlex
 import typing as t
 import zipfile
@@ -23,7 +28,16 @@ import zipfile
 from ansible.errors import AnsibleError
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _probe
+from ansible_collections.inferops.runbooks.plugins.module_utils import _hostcall
+from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import (
+    run_lease,
+    run_record,
+    server_load,
+    server_sleep,
+    start_history,
+    unit_info,
+    unit_leftovers,
+)
 
 display = Display()
 
@@ -37,28 +51,98 @@ if not os.path.isdir(lib):
 sys.path.insert(0, lib)
 importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
 """
-BUNDLE_PACKAGE = "ansible_collections/inferops/runbooks/plugins/module_utils"
+PACKAGE = "ansible_collections.inferops.runbooks.plugins.module_utils"
+BUNDLE_PACKAGE = PACKAGE.replace(".", "/")
+MODULE_UTILS = os.path.dirname(os.path.dirname(_hostcall.__file__))
+
+# the phases' calls by module name (module_utils/_hostcall/<name>.py): their specs check a plain
+# call's arguments here, and their modules are the entry points of a phase's bundle
+HOST_CALLS: dict[str, _hostcall.Call] = {
+    module.__name__.rsplit(".", 1)[1]: module.CALL for module in (unit_info, run_record, run_lease, server_load, server_sleep, start_history, unit_leftovers)
+}
+CALL_ENTRIES = tuple(f"_hostcall.{name}" for name in HOST_CALLS)
+PROBE_ENTRIES = ("_probe",)
 
 
-def code_bundle() -> bytes:
-    """The collection's module_utils (with their subpackages) in their package, with the package
+def source_path(name: str) -> str | None:
+    """The file of module_utils module ``name`` (``_probe``, ``_engines``, ``_engines.sglang``); None when there is none."""
+    base = os.path.join(MODULE_UTILS, *name.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+# an import statement at the start of a line: ``from <module> import <names>`` (the names in
+# parentheses over several lines, or up to the line's end) or ``import <modules>``
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(?P<module>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)|import[ \t]+(?P<modules>[\w., \t]+))", re.M)
+
+
+def imported_names(name: str) -> set[str]:
+    """The module_utils modules that module ``name`` imports, anywhere in its code, with the packages
+    they are in (a package's ``__init__`` runs before its module). Read from the import statements'
+    text, not from a syntax tree: this runs for each phase on each host, and parsing the closure
+    would cost the controller several times what zipping it does."""
+    path = t.cast(str, source_path(name))
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = {module for match in _IMPORT.finditer(text) for module in _imported_by(match, package)}
+    with_packages = {".".join(parts[:depth]) for parts in (module.split(".") for module in found) for depth in range(1, len(parts) + 1)}
+    return {module for module in with_packages if source_path(module)}
+
+
+def _imported_by(statement: re.Match[str], package: str) -> set[str]:
+    """The module_utils modules one import statement names (relative to module_utils)."""
+    if statement["modules"] is not None:
+        words = (item.split()[0] for item in statement["modules"].split(",") if item.strip())
+        return {word[len(PACKAGE) + 1 :] for word in words if word.startswith(PACKAGE + ".")}
+    module = _relative_to_module_utils(statement["module"], package)
+    if module is None:
+        return set()
+    # ``from <package> import <name>`` imports a module when there is one of that name
+    taken = (f"{module}.{item.split()[0]}".strip(".") for item in statement["names"].strip("()").split(",") if item.split())
+    return {*([module] if module else []), *(name for name in taken if source_path(name))}
+
+
+def _relative_to_module_utils(module: str, package: str) -> str | None:
+    """An imported module's name relative to module_utils ("" for module_utils itself); None outside it."""
+    level = len(module) - len(module.lstrip("."))
+    if level:
+        parts = package.split(".") if package else []
+        if level - 1 > len(parts):
+            return None
+        return ".".join([*parts[: len(parts) - level + 1], *([module[level:]] if module[level:] else [])])
+    if module == PACKAGE:
+        return ""
+    return module[len(PACKAGE) + 1 :] if module.startswith(PACKAGE + ".") else None
+
+
+def import_closure(entries: t.Iterable[str]) -> list[str]:
+    """The entry points and every module_utils module they import, directly or not, sorted."""
+    seen: set[str] = set()
+    todo = list(entries)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(imported_names(name) - seen)
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def code_bundle(entries: tuple[str, ...]) -> bytes:
+    """The module_utils that ``entries`` need (``import_closure``), in their package, with the package
     markers that keep another ansible_collections on the host from shadowing them."""
-    source = os.path.dirname(_probe.__file__)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
         parts = BUNDLE_PACKAGE.split("/")
-        for depth in range(1, len(parts)):
+        for depth in range(1, len(parts) + 1):
             bundle.writestr("/".join(parts[:depth]) + "/__init__.py", "")
-        for directory, subdirectories, names in os.walk(source):
-            subdirectories[:] = sorted(name for name in subdirectories if not name.startswith((".", "__pycache__")))
-            inside = os.path.relpath(directory, source)
-            package = BUNDLE_PACKAGE if inside == "." else f"{BUNDLE_PACKAGE}/{inside}"
-            for name in sorted(names):
-                if name.endswith(".py"):
-                    with open(os.path.join(directory, name), "rb") as handle:
-                        bundle.writestr(f"{package}/{name}", handle.read())
-            if "__init__.py" not in names:
-                bundle.writestr(f"{package}/__init__.py", "")
+        for name in import_closure(entries):
+            path = t.cast(str, source_path(name))
+            with open(path, "rb") as handle:
+                bundle.writestr(BUNDLE_PACKAGE + "/" + os.path.relpath(path, MODULE_UTILS), handle.read())
     return buffer.getvalue()
 
 
@@ -85,11 +169,13 @@ def usable(action: t.Any) -> bool:
 
 
 class HostCode:
-    """The code's copy on one host for one phase (or one wait): installed on first use, removed by ``cleanup``."""
+    """The code's copy on one host for one phase (or one wait): what ``entries`` (module_utils modules
+    with a ``cli``) need, installed on first use, removed by ``cleanup``."""
 
-    def __init__(self, action: t.Any, label: str) -> None:
+    def __init__(self, action: t.Any, label: str, entries: tuple[str, ...]) -> None:
         self.action = action
         self.label = label
+        self.entries = entries
         self.python: str | None = None
         self.bundle: str | None = None
         self.directory: str | None = None
@@ -110,7 +196,7 @@ class HostCode:
                 raise AnsibleError(f"mktemp failed: {made.get('stderr')}")
             self.directory = directory
             bundle = f"{directory}/probe.zip"
-            self.action._transfer_data(bundle, code_bundle())
+            self.action._transfer_data(bundle, code_bundle(self.entries))
         except (AnsibleError, OSError) as exc:
             display.vvv(f"{self.label}: the collection's code could not be copied, modules run instead ({exc})", host=self.host)
             return False
@@ -118,8 +204,11 @@ class HostCode:
         return True
 
     def run(self, entry: str, options: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
-        """The result of module_utils ``<entry>.cli()`` with ``options``; None when the process did not
-        answer (the caller runs the module instead). A lost connection raises, as a module's would."""
+        """The result of module_utils ``<entry>.cli()`` (one of ``entries``) with ``options``; None when
+        the process did not answer (the caller runs the module instead). A lost connection raises, as a
+        module's would."""
+        if entry not in self.entries:
+            raise ValueError(f"{entry} is not in the code copied for {self.label} ({', '.join(self.entries)})")
         cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, entry, str(self.bundle)))
         ran = self.action._low_level_execute_command(cmd, sudoable=False, in_data=json.dumps(options))
         try:

@@ -4,8 +4,8 @@
 returned: the rollout's observation (``_rollout.decide``'s input) and the report's input
 (``_runbook_report.runbook_report``'s).
 
-The phases read the prepare phase's registered result (its facts as it returned them, never
-stringified by templating) and the restart phase's, plus the failures the role's rescues kept.
+The phases take the prepare phase's context and the restart phase's result as their arguments (never
+a role variable by name), plus the failures the role's rescues kept.
 
 Private to the collection; may change at any time. Controller side.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout
 
 Facts = t.Mapping[str, t.Any]
 # the keys of the router's listing kept to add a worker back as it was (never a key)
@@ -33,15 +33,14 @@ def mapping(value: t.Any) -> dict[str, t.Any]:
     return dict(value) if isinstance(value, t.Mapping) else {}
 
 
-def phase_facts(prepared: t.Any, kept_failure: t.Any, kept_traffic_failure: t.Any) -> dict[str, t.Any]:
-    """The prepare phase's facts (its registered result), with what the role's rescues kept for this
-    run: a failed step (drain hooks, a failed task), a failed restore hook. What a rescue of an earlier
-    run of the role in the same play kept carries that run's id, and is left out."""
-    result = mapping(prepared)
-    facts = mapping(result.get("ansible_facts"))
+def phase_facts(context: t.Any, kept_failure: t.Any, kept_traffic_failure: t.Any) -> dict[str, t.Any]:
+    """The prepare phase's context (what it returned for the phases after it), with what the role's
+    rescues kept for this run: a failed step (drain hooks, a failed task), a failed restore hook. What a
+    rescue of an earlier run of the role in the same play kept carries that run's id, and is left out."""
+    facts = mapping(context)
     run_id = facts.get("sglang_restart_run_id")
-    failure = result.get("failure")
-    facts["sglang_restart_failure"] = failure if isinstance(failure, t.Mapping) else this_run(kept_failure, run_id)
+    failure = facts.get("sglang_restart_failure")
+    facts["sglang_restart_failure"] = dict(failure) if isinstance(failure, t.Mapping) else this_run(kept_failure, run_id)
     facts["sglang_restart_traffic_failure"] = this_run(kept_traffic_failure, run_id)
     return facts
 
@@ -59,7 +58,7 @@ def failure_of(facts: Facts, seen: Facts) -> dict[str, t.Any] | None:
 
 
 def options_of(facts: Facts) -> dict[str, t.Any]:
-    return mapping(mapping(facts.get("sglang_restart__checked")).get("options"))
+    return mapping(mapping(facts.get("sglang_restart_checked")).get("options"))
 
 
 def router_of(facts: Facts) -> str:
@@ -91,9 +90,11 @@ def rollout_before_restart(facts: Facts, check_mode: bool) -> dict[str, t.Any]:
     """The rollout's observation before the restart phase adds what it saw (``_rollout.after_restart``)."""
     options, plan = options_of(facts), mapping(facts.get("sglang_restart_plan"))
     files = [entry for entry in facts.get("sglang_restart_deploy_files") or [] if isinstance(entry, t.Mapping)]
-    failed = failure_of(facts, {}) is not None
+    failure = failure_of(facts, {})
+    failed = failure is not None
     return {
         "check_mode": check_mode,
+        "held_elsewhere": _rollout.held_elsewhere(failure),
         "failed": failed,
         "new_start_failed": failed,
         "change_requested": len(files) > 0,
@@ -127,7 +128,7 @@ def report_input(facts: Facts, seen: Facts, decision: Facts, traffic: Facts, run
     ``facts``: the prepare phase's facts with the rescues' failures; ``seen``: what the restart phase
     saw; ``decision``: ``_rollout.decide``'s; ``traffic``: how the host went back into rotation
     (``restored``, ``restore_hooks``, ``error``); ``run``: host, unit, address, check_mode."""
-    checked = mapping(facts.get("sglang_restart__checked"))
+    checked = mapping(facts.get("sglang_restart_checked"))
     options = mapping(checked.get("options"))
     return {
         "host": run["host"],
@@ -145,6 +146,8 @@ def report_input(facts: Facts, seen: Facts, decision: Facts, traffic: Facts, run
         "deploy": deploy_section(facts, seen, decision, traffic, str(run["address"])) if options else {},
         "history": mapping(seen.get("start_history")),
         "history_before": mapping(seen.get("start_history_before")),
+        "leftovers": mapping(seen.get("leftovers")),
+        "sleep_before": mapping(seen.get("sleep_before")),
     }
 
 

@@ -22,7 +22,7 @@ import typing as t
 
 from ansible import constants as C
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import rule_problems
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import rule_problems
 
 Problems = list[str]
 

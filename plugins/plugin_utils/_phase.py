@@ -17,11 +17,11 @@ import typing as t
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.common.parameters import remove_values
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _hostcall
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import HostCode, known_python, usable
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import CALL_ENTRIES, HOST_CALLS, HostCode, known_python, usable
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._redact import hidden
 
 Result = dict[str, t.Any]
 
@@ -102,9 +102,9 @@ class Steps:
 
     def plain_call(self, name: str, args: t.Mapping[str, t.Any]) -> Result | None:
         """The collection's module ``name`` run as a plain process over the connection (its arguments
-        checked here against its own spec, ``_hostcall.CALLS``); None when it cannot be, or when it
+        checked here against its own spec, ``_hostcode.HOST_CALLS``); None when it cannot be, or when it
         did not run: then the module runs, and says what is wrong with its arguments."""
-        call = _hostcall.CALLS.get(name.removeprefix(COLLECTION)) if name.startswith(COLLECTION) else None
+        call = HOST_CALLS.get(name.removeprefix(COLLECTION)) if name.startswith(COLLECTION) else None
         if call is None or self.code is False:
             return None
         params = checked_params(call, args)
@@ -114,16 +114,16 @@ class Steps:
             python = self.discovered.get("discovered_interpreter_python") or known_python(self.action, self.task_vars)
             if python is None:
                 return None  # the module runs, and discovers it
-            code = HostCode(self.action, name)
+            code = HostCode(self.action, name, CALL_ENTRIES)
             self.code = code if usable(self.action) and code.install(python) else False
             if self.code is False:
                 return None
-        request = {"call": name.removeprefix(COLLECTION), "params": params[0], "check_mode": bool(self.action._task.check_mode)}
-        result = self.code.run("_hostcall", request)
+        request = {"params": params[0], "check_mode": bool(self.action._task.check_mode)}
+        result = self.code.run(f"_hostcall.{name.removeprefix(COLLECTION)}", request)
         if result is None:
             self.code = False
             return None
-        return t.cast(Result, remove_values(result, params[1]))
+        return t.cast(Result, hidden(result, params[1]))
 
     def close(self) -> None:
         """Removes the collection's code from the host, when a plain call copied it there."""

@@ -14,8 +14,7 @@ import re
 import typing as t
 import urllib.parse
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
 
 File = t.Mapping[str, t.Any]
 Render = t.Callable[[str], str]
@@ -23,10 +22,8 @@ Render = t.Callable[[str], str]
 # what an earlier run of the role in the same play left, forgotten as this run starts: the decisions
 # of this run (roll back, restore traffic, the gates of a deployment) rest on what this run did alone
 RESET: dict[str, t.Any] = {
-    "sglang_restart__stage": "validate",
+    "sglang_restart_stage": "validate",
     "sglang_restart_failure": None,
-    # what the restart phase saw (its registered result)
-    "sglang_restart__restart": {},
     "sglang_restart_before": {},
     "sglang_restart_deploy_files": [],
     "sglang_restart_deploy_applied": False,
@@ -39,6 +36,8 @@ RESET: dict[str, t.Any] = {
     "sglang_restart_plan": {},
     "sglang_restart_reloaded": {},
     "sglang_restart_verify": {},
+    # this run's hold on the host (plugin_utils/_host_lease): taken, renewed or taken over, and from whom
+    "sglang_restart_lease": {},
 }
 RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
 DROPIN_MODE, ENV_MODE = "0644", "0640"
@@ -193,7 +192,7 @@ def restart_needed(options: t.Mapping[str, t.Any], before: t.Mapping[str, t.Any]
     """Whether a real run would restart the unit: ``_rollout.decide`` in check mode on the observation
     the restart phase starts from (``_observed.rollout_before_restart``), from what this phase read."""
     facts = {
-        "sglang_restart__checked": {"options": dict(options)},
+        "sglang_restart_checked": {"options": dict(options)},
         "sglang_restart_plan": dict(plan),
         "sglang_restart_deploy_files": [dict(entry) for entry in files],
         "sglang_restart_before": {"unit": dict(before)},

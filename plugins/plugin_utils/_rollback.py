@@ -17,8 +17,10 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._release import release_leftovers
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import advance_record
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import (
     Seen,
     Start,
@@ -96,12 +98,7 @@ class Rollback:
         return facts
 
     def record(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], step: str, name: str, **updates: t.Any) -> None:
-        facts["record"] = steps.module(
-            "rollback",
-            f"{STEP} | {name}",
-            "inferops.runbooks.run_record",
-            {"unit": args["options"]["unit"], "run_id": args["run_id"], "step": step, **({"updates": updates} if updates else {})},
-        )
+        facts["record"] = advance_record(steps, "rollback", f"{STEP} | {name}", args["options"]["unit"], args["run_id"], step, updates)
 
     def put_back(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any]) -> None:
         """The failed start stopped, the previous files back, systemd reloaded, the unit loading again."""
@@ -141,13 +138,15 @@ class Rollback:
         beside the failed start's (a host slow on both is slow for another reason) and never fails it."""
         options = args["options"]
         timeout = options["release_timeout"]
+        facts["leftovers"] = release_leftovers(steps, "rollback", STEP, options, start.host)
         held = f"{port_host(options)}:{options['port']} still accepts connections {timeout} s after the failed start stopped."
         wait_port_free(steps, "rollback", f"{STEP} | Wait until the port is released", options["port"], timeout, held)
         facts["started_at"] = time.time()
         self.record(steps, args, facts, "rollback_wait", "Note in the run record that the previous configuration starts")
         systemctl(steps, "rollback", f"{STEP} | Start the unit", "start", options["unit"])
         previous = str(facts.get("before", {}).get("InvocationID") or "") or None
-        start.wait(seen, wait_args(options, hidden, {}, previous))
+        # the rollback's start renews the host's lease like the new start's
+        start.wait(seen, {**wait_args(options, hidden, {}, previous), "lease_run_id": args["run_id"]})
         if generates_wanted(options, seen, 0):
             start.smoke(seen)
             if not _rollout.generated(seen.smoke):

@@ -33,8 +33,9 @@ import html
 import time
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import fleet_starts
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import fleet_starts
 
 Report = t.Mapping[str, t.Any]
 
@@ -577,6 +578,14 @@ def _lines(report: Report) -> str:
         parts.append(
             f"<details class='unrecognized' open><summary>unrecognized: {len(unrecognized)} kind(s), {_e(how)}</summary>"
             f"<table><tr><th>count</th><th>ranks</th><th>line</th><th>history</th></tr>{_event_rows(unrecognized, False)}</table></details>"
+        )
+    survived = _list(report.get("survived"))
+    if survived:
+        total = sum(int(_number(_mapping(event).get("count")) or 0) for event in survived)
+        parts.append(
+            f"<details class='unrecognized' open><summary>warnings: {len(survived)} kind(s), {total} ERROR line(s) the engine survived,"
+            " not failing</summary>"
+            f"<table><tr><th>rule</th><th>count</th><th>ranks</th><th>line</th><th>history</th></tr>{_event_rows(survived, True)}</table></details>"
         )
     if allowlisted:
         total = sum(int(_number(_mapping(event).get("count")) or 0) for event in allowlisted)

@@ -5,11 +5,22 @@ its server stops, and add it back once it serves again.
 
 Private to the collection; may change at any time. Controller side (ansible-core's ``open_url``).
 
-The SGLang Model Gateway (formerly sgl-router) lists its workers at ``GET /workers``, removes one with
-``DELETE /workers/{id}`` and adds one with ``POST /workers``; both changes are accepted (202) and
-applied a moment later, so each is followed by a wait until the list shows it. With an admin key,
-every call carries it as a bearer token. No message ever carries the admin key or the server's API
-key: the router's own words are cleaned of both before they are shown.
+The SGLang Model Gateway (``smg``; ``sglang-router`` until its 0.3.2) lists its workers at
+``GET /workers``, removes one with ``DELETE /workers/{id}`` and adds one with ``POST /workers``; both
+changes are accepted (202) and applied a moment later, so each is followed by a wait until the list
+shows it. Where the two differ:
+
+* ``smg`` drains a removed worker first (about 5 s, listed with ``"status": "draining"`` and sent no
+  new request), then drops it; ``sglang-router`` drops it at once. A draining worker is still listed
+  (not yet out) and not in rotation (not yet back).
+* ``smg`` answers 409 (``WORKER_ALREADY_EXISTS``, ``WORKER_CREATE_IN_PROGRESS``) to the addition of
+  a worker it lists or is adding already (an earlier run added it back before it died);
+  ``sglang-router`` answers 202. Either way the wait that follows sees it listed.
+* ``smg`` lists a worker only once it answered the gateway's health check and model discovery: an
+  added worker that does not serve is never listed.
+
+With an admin key, every call carries it as a bearer token. No message ever carries the admin key
+or the server's API key: the router's own words are cleaned of both before they are shown.
 """
 
 from __future__ import annotations
@@ -30,6 +41,10 @@ REGISTRATION_KEYS = ("priority", "cost", "worker_type", "bootstrap_port")
 LISTED = (200,)
 REMOVED = (200, 202, 204)
 ADDED = (200, 201, 202)
+# smg's codes (with 409) for the addition of a worker it lists already, or is adding already
+ALREADY_ADDED = ("WORKER_ALREADY_EXISTS", "WORKER_CREATE_IN_PROGRESS")
+# a listed worker the gateway sends no new request: being removed
+DRAINING = "draining"
 POLL_DELAY = 1.0
 DEFAULT_TIMEOUT = 30
 # the router's own words are shown up to this length
@@ -140,13 +155,13 @@ class Router:
         api_key = spec.get("api_key")
         secrets = (api_key,) if isinstance(api_key, str) and api_key else ()
         answer = self._call("POST", "/workers", dict(spec), secrets)
-        if answer.status not in ADDED:
+        if answer.status not in ADDED and not _already_added(answer):
             raise self._error(f"The router {self.url} answered {answer.said()} when {spec.get('url')} was added back", answer.status, secrets)
 
     def wait_listed(self, worker_url: str, listed: bool, retries: int) -> float:
-        """Looks once a second until the router lists the worker (``listed``) or no longer does;
-        the seconds it took. RouterError when it is not so after ``retries`` more looks; a look the
-        router does not answer counts as not yet."""
+        """Looks once a second until the router lists the worker in rotation (``listed``) or no
+        longer lists it at all; the seconds it took. RouterError when it is not so after ``retries``
+        more looks; a look the router does not answer counts as not yet."""
         started = self.clock()
         last = Answer(None, "not asked")
         for attempt in range(attempts(retries)):
@@ -154,7 +169,7 @@ class Router:
                 self.sleep(POLL_DELAY)
             last = self._call("GET", "/workers")
             workers = _listed(last)
-            if workers is not None and any(worker.get("url") == worker_url for worker in workers) == listed:
+            if workers is not None and _shows(workers, worker_url, listed):
                 return self.clock() - started
         waited = self.clock() - started
         state = "still listed" if not listed else "did not list"
@@ -223,8 +238,11 @@ class Router:
                 return Answer(int(response.status), str(response.reason or "OK"), _json(response.read()))
         except urllib.error.HTTPError as error:
             with error:
-                payload = _json(error.read())
-            return Answer(error.code, self._clean(_error_text(payload) or str(error.reason), secrets), payload)
+                raw = error.read()
+                plain = str(error.headers.get("Content-Type") or "").startswith("text/plain") if error.headers else False
+            payload = _json(raw)
+            words = _error_text(payload) or (raw.decode(errors="replace").strip() if plain else "")
+            return Answer(error.code, self._clean(words or str(error.reason), secrets), payload)
         except urllib.error.URLError as error:
             return Answer(None, self._clean(f"no answer: {error.reason}", secrets))
         except (RequestFailed, OSError, http.client.HTTPException, ValueError) as error:  # a TLS or proxy failure, a timeout while reading, a reset
@@ -261,6 +279,19 @@ def _error_text(payload: t.Any) -> str:
             if isinstance(payload.get(name), str) and payload[name]:
                 return str(payload[name])
     return ""
+
+
+def _already_added(answer: Answer) -> bool:
+    return answer.status == 409 and isinstance(answer.body, dict) and answer.body.get("code") in ALREADY_ADDED
+
+
+def _shows(workers: list[Worker], worker_url: str, in_rotation: bool) -> bool:
+    """Whether the listing shows the worker in rotation (listed, not draining), or, when not
+    ``in_rotation``, no longer shows it at all."""
+    entries = [worker for worker in workers if worker.get("url") == worker_url]
+    if in_rotation:
+        return any(worker.get("status") != DRAINING for worker in entries)
+    return not entries
 
 
 def _listed(answer: Answer) -> list[Worker] | None:

@@ -18,8 +18,8 @@ import time
 import typing as t
 import urllib.parse
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._rollout import generated
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollout import generated
 
 PROMPT = "The capital of France is"
 # the model SGLang accepts when the list of models cannot be read

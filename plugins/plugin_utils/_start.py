@@ -13,8 +13,8 @@ import dataclasses
 import typing as t
 import urllib.parse
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._rollout import generated
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, Steps, bearer
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollout import generated
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import smoke_test
 
 Options = t.Mapping[str, t.Any]

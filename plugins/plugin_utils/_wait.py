@@ -387,6 +387,7 @@ class Wait:
     # -- folding an observation in ---------------------------------------------------------------
 
     def _absorb(self, result: ProbeResult) -> None:
+        self._check_lease(t.cast(t.Mapping[str, t.Any], result).get("lease"))
         self.state = result["unit"]
         journal = result["journal"]
         if journal.get("invocation_id") == self.invocation_id:
@@ -403,6 +404,13 @@ class Wait:
         for answer in answers:
             self._note_health(t.cast(HealthResult, answer))
         self._show(self._status())
+
+    def _check_lease(self, lease: t.Any) -> None:
+        """Another run holds the host now (it took the lease over as a dead run's): this wait's start
+        is no longer this run's to judge."""
+        if isinstance(lease, t.Mapping) and lease.get("held") is False:
+            holder = lease.get("holder") or "nobody (the lease was removed)"
+            raise _Failed("lease_lost", f"changed by someone else during this run: the host's lease is now held by {holder}")
 
     def _note_phase(self) -> None:
         phase = self.total["phase"]
@@ -690,6 +698,7 @@ class Wait:
             "fatal": total["fatal"],
             "allowlisted": total["allowlisted"],
             "request_error": total.get("request_error") or [],
+            "survived": total.get("survived") or [],
             "unrecognized": total["unrecognized"],
             "counts": total.get("counts") or {},
             "stale_rules": total.get("stale_rules") or [],

@@ -77,14 +77,6 @@ def calls_of_wheel(path: str, engine: str) -> tuple[list[Call], list[str]]:
     return found, unparsed
 
 
-def read_member(path: str, member: str) -> str | None:
-    with zipfile.ZipFile(path) as wheel:
-        try:
-            return wheel.read(member).decode("utf-8", "replace")
-        except KeyError:
-            return None
-
-
 def calls_of_module(tree: ast.Module, name: str) -> list[Call]:
     found: list[Call] = []
     _walk_block(tree.body, [], name, found)

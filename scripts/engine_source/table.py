@@ -8,30 +8,22 @@ import re
 import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify_line, load_rules
+from ansible_collections.inferops.runbooks.plugins.module_utils._survived import CORE_LOOP, VLLM_SURVIVED_BY_EVIDENCE
 from scripts.engine_source import routes
 from scripts.engine_source.data import load, version_key
 from scripts.engine_source.lines import lines_of
 
 # the worst class a call's lines get (a line printed with and without a process or rank prefix)
-SEVERITY = ("fatal", "unrecognized", "request_error", "allowlisted", "progress", "ready", "info")
-COLUMNS = ("fatal", "allowlisted", "request_error", "unrecognized", "other")
-# why a line the code survives is left fatal: the first pattern found in the file, level or message
-LEFT_FATAL_REASONS = (
-    ("CRITICAL", "logged at CRITICAL: the engine says itself that it is in a bad state, even if the call returns"),
-    (
-        "/distributed/",
-        "a collective, a peer or a KV transfer failed: the call returns, but the server now serves with a lost peer or a request lost",
-    ),
-    ("/engine/", "the engine's own loop reports a failure; what follows is the engine's error handling, not a fallback"),
-    ("/v1/", "the engine's own loop reports a failure; what follows is the engine's error handling, not a fallback"),
-    ("/managers/", "the scheduler or tokenizer manager reports a failure of its own; what follows is its error handling"),
-    ("/entrypoints/", "the server reports a failure of its own (not of one request); it keeps its port open, degraded"),
-    ("", "an ERROR line: the code goes on, but the line reports a failure, not a fallback; left fatal until a start shows it harmless"),
+SEVERITY = ("fatal", "unrecognized", "survived", "request_error", "allowlisted", "progress", "ready", "info")
+COLUMNS = ("fatal", "allowlisted", "request_error", "survived", "unrecognized", "other")
+CORE_LOOP_REASON = (
+    "the engine core's loop (its engine core, scheduler, output handler, executor or workers, or a watchdog of them) reports a failure of its own"
 )
-
-
-def worst(classes: t.Iterable[str]) -> str:
-    return min(classes, key=lambda name: SEVERITY.index(name) if name in SEVERITY else len(SEVERITY))
+ENGINE_FAILURE_REASON = "it names the engine's failure (an engine error answered to the request): the engine failed, not the request"
+EXCEPTION_REASON = "it reads as a Python exception line (`Error: ...`): no rule can tell it from the last line of a traceback"
+# a family no rule turns into a warning without a reason: the table says so, and the unit tests fail on it
+NO_EVIDENCE = "no evidence: judged fatal though the code survives it"
+ENGINE_FAILURE = re.compile(r"EngineDead|EngineCore|engine (?:is )?dead|Background loop|Engine Exception", re.IGNORECASE)
 
 
 def judge(engine: str, data: t.Mapping[str, t.Any]) -> dict[tuple[str, int], tuple[str, str | None, list[str]]]:
@@ -64,20 +56,23 @@ def version_rows(data: t.Mapping[str, t.Any], judged: t.Mapping[tuple[str, int],
             counter[event_class if event_class in COLUMNS else "other"] += 1
             counter[f"outcome {call['outcome']}"] += 1
             if call["outcome"] == "survived" and event_class == "fatal":
-                counter["survived, fatal"] += 1
+                reason, in_core = left_fatal_reason(engine_of(data), call, data)
+                counter["survived, fatal, core" if in_core else "survived, fatal, evidence" if reason != NO_EVIDENCE else "survived, fatal, none"] += 1
             if call["outcome"] == "request" and event_class != "request_error":
                 counter["request, not request_error"] += 1
     header = (
-        "| version | logger calls | message families | fatal | allowlisted | request-level | unrecognized | other | not literal"
-        " | code: raises/exits | code: answers a request | survived lines judged fatal |"
+        "| version | logger calls | message families | fatal | allowlisted | request-level | survived | unrecognized | other | not literal"
+        " | code: raises/exits | code: answers a request | survived, judged fatal: in the core loop | elsewhere, with evidence"
+        " | elsewhere, without |"
     )
-    rows = [header, "| --- " * 12 + "|"]
+    rows = [header, "| --- " * 15 + "|"]
     for version in sorted(counts, key=version_key):
         count = counts[version]
         rows.append(
             f"| {version} | {data['versions'][version]['calls']} | {count['calls']} | {count['fatal']} | {count['allowlisted']}"
-            f" | {count['request_error']} | {count['unrecognized']} "
-            f"| {count['other']} | {count['not literal']} | {count['outcome fatal']} | {count['outcome request']} | {count['survived, fatal']} |"
+            f" | {count['request_error']} | {count['survived']} | {count['unrecognized']} "
+            f"| {count['other']} | {count['not literal']} | {count['outcome fatal']} | {count['outcome request']}"
+            f" | {count['survived, fatal, core']} | {count['survived, fatal, evidence']} | {count['survived, fatal, none']} |"
         )
     return rows
 
@@ -94,15 +89,32 @@ def span(versions: t.Iterable[str], every: t.Sequence[str]) -> str:
 EXCEPTION_LIKE = re.compile(r"^(?:[A-Z]\w*(?:Error|Exception)|Error|Exception): ")
 
 
-def left_fatal_reason(call: t.Mapping[str, t.Any]) -> str:
-    if EXCEPTION_LIKE.match(call["format"] or ""):
-        return "it reads as a Python exception line (`Error: ...`): no rule can tell it from the last line of a traceback"
-    if call["outcome"] == "request":
-        return "it answers one request with an error, but its words name no request (too general for a rule), or it is a control route's"
-    for needle, reason in LEFT_FATAL_REASONS:
-        if needle in (call["level"], "") or needle in "/" + call["file"]:
-            return reason
-    return LEFT_FATAL_REASONS[-1][1]
+def engine_of(data: t.Mapping[str, t.Any]) -> str:
+    return str(data["engine"])
+
+
+def left_fatal_reason(engine: str, call: t.Mapping[str, t.Any], data: t.Mapping[str, t.Any]) -> tuple[str, bool]:
+    """Why a line the code survives (or answers one request with) is judged fatal, and whether it is the
+    engine core's loop's: the evidence, or NO_EVIDENCE. SGLang's lines do not name their file: the same
+    line raised after in any file is the same line."""
+    if call["file"].startswith(CORE_LOOP[engine]):
+        return CORE_LOOP_REASON, True
+    fmt = call["format"] or ""
+    if ENGINE_FAILURE.search(fmt):
+        return ENGINE_FAILURE_REASON, False
+    if EXCEPTION_LIKE.match(fmt):
+        return EXCEPTION_REASON, False
+    raised = [
+        version
+        for other in data["calls"]
+        if other["outcome"] == "fatal"
+        and other["format"] == fmt
+        and (engine == "sglang" or other["file"].rsplit("/", 1)[-1] == call["file"].rsplit("/", 1)[-1])
+        for version in other["lines"]
+    ]
+    if raised:
+        return f"the same line is followed by a raise in {span(raised, list(data['versions']))} (the code no longer survives it)", False
+    return NO_EVIDENCE, False
 
 
 def survivor_rows(data: t.Mapping[str, t.Any], judged: t.Mapping[tuple[str, int], tuple[str, str | None, list[str]]]) -> tuple[list[str], list[str], int]:
@@ -119,13 +131,13 @@ def survivor_rows(data: t.Mapping[str, t.Any], judged: t.Mapping[tuple[str, int]
         fatal_in = [version for version, event_class in classes.items() if event_class == "fatal"]
         message = call["format"].replace("\x00", "{}").replace("|", "\\|").replace("\n", " ")[:140]
         where = f"`{call['file']}` ({call['level']}{', traceback' if call['exc_info'] else ''})"
-        if not fatal_in and not any(event_class in ("allowlisted", "request_error") for event_class in classes.values()):
+        if not fatal_in and not any(event_class in ("allowlisted", "request_error", "survived") for event_class in classes.values()):
             unrecognized += 1
         elif not fatal_in:
             rules = sorted({f"`{rule}`" if rule else event_class for event_class, rule, _lines in outcomes.values()})
             covered.append(f"| {where} | `{message}` | {call['outcome']} | {span(call['lines'], every)} | {', '.join(rules)} |")
         else:
-            reason = left_fatal_reason(call)
+            reason, _in_core = left_fatal_reason(engine_of(data), call, data)
             left.append(f"| {where} | `{message}` | {call['outcome']} | {span(fatal_in, every)} | {reason} |")
     return covered, left, unrecognized
 
@@ -143,9 +155,29 @@ def engine_section(engine: str) -> list[str]:
         + (": SGLang prints no level, so its ERROR lines are judged by their words." if engine == "sglang" else "."),
         "",
     ]
+    if engine == "vllm":
+        out += [f"### {title}: lines the code survives that the source reading records otherwise, by evidence", ""]
+        out += [EVIDENCE_INTRO, "", "| file | messages | versions | judged by |", "| --- | --- | --- | --- |"]
+        for path, versions, messages in VLLM_SURVIVED_BY_EVIDENCE:
+            shown = ", ".join(f"`{message.replace('|', chr(92) + '|')}`" for message in messages)
+            out.append(f"| `{path}` | {shown} | {versions} | `{rule_of(engine, path)}` |")
+        out.append("")
     out += [f"### {title}: lines the code survives that stay fatal, and why", ""]
     out += ["| file | message | code | versions judged fatal | reason |", "| --- | --- | --- | --- | --- |", *left, ""]
     return out
+
+
+EVIDENCE_INTRO = (
+    "The Hub lookups retry in a loop (`with_retry`: the line `... retrying 1 of 2`, then the next attempt; after the last one it"
+    " raises), and every caller catches the raise and goes on without the Hub: a model given as a local path logs them and serves"
+    " (a vLLM 0.16 start on ROCm did). The source reading follows the code past the loop to its last raise and records them as"
+    " fatal; the rules make them warnings (`survived`), the family's own words and file."
+)
+
+
+def rule_of(engine: str, path: str) -> str:
+    """The id of the survived rule of a file."""
+    return next(str(rule.id) for rule in load_rules(engine).rules if rule.file == path and rule.rule_class == "survived")
 
 
 INTRO = """# The engines' own source, judged by the rule packs
@@ -161,11 +193,21 @@ collection's classifier judges it; a call counts under the worst class of its li
 
 **logger calls** counts the calls of the version; the other columns count their message families
 (a call per file, level, message and outcome). Columns: **fatal** fails a restart or a precheck; **allowlisted** is harmless by a rule;
-**request-level** is about one request (counted, never a failure alone); **unrecognized** is a
-warning no rule knows (reported, a failure only in strict mode); **other** is information or
-progress; **not literal** is a call whose message is a variable (not judged). A warning the code
-survives is unrecognized at worst: only the ERROR and CRITICAL lines are listed below.
-A `logger.exception` line (**traceback**) is followed by a traceback, judged by its exception line.
+**request-level** is about one request (counted, never a failure alone); **survived** is an ERROR line
+after which the code carries on (a warning of its own, counted and shown with its source file, never
+a failure alone); **unrecognized** is a warning no rule knows (reported, a failure only in strict
+mode); **other** is information or progress; **not literal** is a call whose message is a variable
+(not judged). A warning the code survives is unrecognized at worst: only the ERROR and CRITICAL lines
+are listed below. A `logger.exception` line (**traceback**) is followed by a traceback, judged by its
+exception line.
+
+The policy: a line the code survives is never fatal alone. Fatal stays for the lines the code raises
+or exits after, and for the engine core's loop (vLLM: `vllm/v1/engine/`, `vllm/v1/executor/`,
+`vllm/v1/core/`, `vllm/v1/worker/` and their V0 forms; SGLang: its scheduler, tokenizer and
+detokenizer managers and its watchdogs): **survived, judged fatal** counts the survived lines still
+judged fatal, in the core loop, elsewhere with the evidence listed below (the line reads as an
+exception line, names the engine's failure, or is followed by a raise in other versions), and
+elsewhere without evidence (0 in every version: `tests/unit/plugins/module_utils/test_engine_source_lines.py`).
 """
 
 

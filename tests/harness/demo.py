@@ -15,8 +15,8 @@
 4. A bad restart: the same server runs out of GPU memory while capturing CUDA graphs. The playbook
    fails fast, with the traceback (deduplicated across ranks) as evidence.
 5. A failed deploy: a new configuration (a systemd drop-in with a bigger model) is applied as part
-   of the restart, with the host taken out of a router (the stand-in of tests/harness/router_stub.py)
-   first. The new start runs out of GPU memory while loading weights; the playbook puts the previous
+   of the restart, with the host taken out of a router (the real SGLang Model Gateway, smg, run on
+   this machine: tests/harness/gateway.py) first. The new start runs out of GPU memory while loading weights; the playbook puts the previous
    configuration back, starts it again, waits for it with the same gates and puts the host back
    into the router only after that start passed.
 6. A deploy rolled back for being slow: a drop-in that makes the server decode ten times slower
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.fleet import REPO_ROOT, Fleet, missing_prerequisites
-from tests.harness.router_stub import RouterStub
+from tests.harness.gateway import SERVED_TO_CONTROLLER, Gateway, behind_gateway
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 # demo speed: the simulator's full 20 s cold start, 8 ranks
@@ -216,16 +216,16 @@ def failed_deploy(fleet: Fleet, host: str, report_dir: Path) -> bool:
         """
         The server runs again on its previous configuration (a drop-in that sets its decode speed).
         Now a new one is deployed with the restart: a systemd drop-in that loads a bigger model. Before the stop the host is taken out
-        of the router (SGLang Model Gateway, here a small stand-in on this machine) and the playbook
+        of the router (the SGLang Model Gateway, smg, running on this machine) and the playbook
         waits until the server runs no more requests. The new start runs out of GPU memory while
         loading weights: the playbook puts the previous drop-in back, starts the server again, waits
         for that start with the same gates, and only then puts the host back into the router.
         """,
     )
-    fleet.set_scenario(host, **PREVIOUS)
+    fleet.set_scenario(host, **PREVIOUS, **SERVED_TO_CONTROLLER)
     fleet.ssh(host, "systemctl reset-failed sglang.service; systemctl restart sglang.service")
-    worker = f"http://{fleet.address(host)}:30000"
-    with RouterStub(workers=[worker]) as router:
+    with Gateway() as router:
+        worker = behind_gateway(router, fleet, [host])[host]
         started = time.monotonic()
         rc = run_playbook(fleet, report_dir, sglang_restart_dropin_content=NEW_DROPIN, sglang_restart_router_url=router.url)
         changes = router.changes()

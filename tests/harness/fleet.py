@@ -555,7 +555,9 @@ class Fleet:
         on it before)."""
         deployed = f"/etc/systemd/system/{SIM_UNIT}.d {DEPLOY_DIR} /var/lib/inferops/{SIM_UNIT}.*"
         clear = f"rm -rf {SCENARIO_FILE} {FAULT_FILE} {deployed}; systemctl daemon-reload"
-        self.ssh(host, f"systemctl stop {SIM_UNIT}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; {clear}; true")
+        # a process the stop left (KillMode=process, the simulator's orphan) goes with SIGKILL
+        left = f"systemctl kill --signal=SIGKILL {SIM_UNIT} 2>/dev/null"
+        self.ssh(host, f"systemctl stop {SIM_UNIT}; {left}; systemctl reset-failed {SIM_UNIT} 2>/dev/null; {clear}; true")
 
     def ansible_env(self) -> dict[str, str]:
         """Environment (a full copy of os.environ plus overrides) for ansible subprocesses."""

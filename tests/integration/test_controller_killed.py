@@ -22,7 +22,7 @@ import pytest
 
 from tests.figures import record
 from tests.harness.fleet import Fleet
-from tests.harness.router_stub import RouterStub
+from tests.harness.gateway import Gateway
 from tests.integration.conftest import REPO, RunPlaybook, flat
 from tests.integration.test_deploy_playbook import (
     ADMIN_KEY,
@@ -52,7 +52,7 @@ SLOW_SMOKE = f"[Service]\nEnvironment=SIM_MODEL={NEW_MODEL} SIM_GENERATE_SECONDS
 # cancel of an ansible-runner job (SIGINT, then SIGTERM). The points not run here (after the stop, after
 # the pass, in the rollback's first step, after a rollback passed) are replayed with every other point, for
 # a good and a crashing configuration, in the unit tests of the decisions
-# (tests/unit/plugins/module_utils/test_rollout.py).
+# (tests/unit/plugins/plugin_utils/test_rollout.py).
 POINTS = [
     ("drain", GOOD, "kill"),
     ("deploy", GOOD, "kill"),
@@ -164,11 +164,12 @@ def precheck_names_the_interrupted_run(fleet: Fleet, run_playbook: RunPlaybook, 
 def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
     fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path, step: str, dropin: str, how: str
 ) -> None:
-    start_with(fleet, [host])
     url = workers(fleet, [host])[host]
     # putting the worker back is one step of the settle phase, as long as the router takes to list it
-    # again: a router that takes 3 s keeps the run at that step long enough to be killed there
-    with RouterStub(workers=[url], admin_key=ADMIN_KEY, apply_after=3.0 if step == "restore" else 0.3) as router:
+    # again: a gateway that first looks at an added worker 3 s later keeps the run at that step long
+    # enough to be killed there
+    with Gateway(admin_key=ADMIN_KEY, startup_delay=3.0 if step == "restore" else 0) as router:
+        start_with(fleet, [host], router=router)
         extra = deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=dropin, sglang_restart_smoke_test=dropin == SLOW_SMOKE)
         env = {**fleet.ansible_env(), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
         cmd = runner_command(fleet, extra, host, tmp_path / "runner") if how == "awx" else playbook_command(fleet, extra, host)
@@ -226,9 +227,8 @@ def test_the_same_command_run_again_repairs_what_a_dead_controller_left(
 def test_a_second_run_after_a_clean_pass_only_reads_the_router(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """Nothing to repair and nothing to change: the router is only read from (not at all, here), the unit not
     restarted, and the configuration in place is still proven healthy before the run passes."""
-    start_with(fleet, [host])
-    url = workers(fleet, [host])[host]
-    with RouterStub(workers=[url], admin_key=ADMIN_KEY) as router:
+    with Gateway(admin_key=ADMIN_KEY) as router:
+        start_with(fleet, [host], router=router)
         extra = deploy_vars(router, tmp_path, sglang_restart_dropin_content=GOOD)
         first = run_playbook(PLAYBOOK, extra_vars=extra, limit=host)
         assert first.returncode == 0, first
@@ -262,10 +262,10 @@ def test_a_corrupt_run_record_is_reported_and_the_run_does_nothing_unsafe(fleet:
     """A record no run of this collection could have written (cut short mid-file): the deploy says so,
     ignores it, and does its own work with the usual gates; the host ends in the router, serving the new
     configuration, with a record of its own."""
-    start_with(fleet, [host])
     url = workers(fleet, [host])[host]
-    fleet.ssh(host, f'mkdir -p /var/lib/inferops && printf %s \'{{"version": 1, "unit": "sglang.se\' > {RECORD}')
-    with RouterStub(workers=[url], admin_key=ADMIN_KEY) as router:
+    with Gateway(admin_key=ADMIN_KEY) as router:
+        start_with(fleet, [host], router=router)
+        fleet.ssh(host, f'mkdir -p /var/lib/inferops && printf %s \'{{"version": 1, "unit": "sglang.se\' > {RECORD}')
         run = run_playbook(PLAYBOOK, extra_vars=deploy_vars(router, tmp_path, sglang_restart_dropin_content=GOOD), limit=host)
         assert run.returncode == 0, run
         assert url in router.registered()

@@ -1,7 +1,8 @@
 """Deploying a change with playbooks/restart_sglang.yml, for real: a systemd drop-in (and an
 environment file) written on systemd hosts running the simulator, the unit checked after
-daemon-reload, a failed start rolled back, and the host drained from and put back into a router
-stand-in (tests/harness/router_stub.py) that records every call.
+daemon-reload, a failed start rolled back, and the host drained from and put back into the real
+SGLang Model Gateway (smg, on this machine: tests/harness/gateway.py), whose own log tells every call
+it answered and every worker it added or removed.
 
 The new configuration switches the simulator's model (SIM_MODEL, visible in /v1/models), so what
 a host serves tells which configuration it runs. Cold starts are a few seconds (FAST).
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.fleet import SCENARIO_FILE, Fleet
-from tests.harness.router_stub import RouterStub
+from tests.harness.gateway import SERVED_TO_CONTROLLER, Gateway, behind_gateway, worker_urls
 from tests.integration.conftest import QUICK as ROLE_QUICK
 from tests.integration.conftest import RunPlaybook, RunRunner, flat
 
@@ -28,8 +29,9 @@ UNIT = "sglang.service"
 DROPIN_DIR = f"/etc/systemd/system/{UNIT}.d"
 DROPIN = f"{DROPIN_DIR}/50-inferops-deploy.conf"
 ENV_FILE = "/etc/sglang/deploy.env"
-FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
-QUICK = {**ROLE_QUICK, "sglang_restart_soak": 1, "sglang_restart_router_timeout": 10, "sglang_restart_drain_timeout": 60}
+FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8", **SERVED_TO_CONTROLLER}
+# the router's wait outlasts the gateway's drain of a removed worker (about 5 s)
+QUICK = {**ROLE_QUICK, "sglang_restart_soak": 1, "sglang_restart_router_timeout": 15, "sglang_restart_drain_timeout": 60}
 OLD_MODEL = "/models/DeepSeek-R1"
 NEW_MODEL = "/models/DeepSeek-R1-0528"
 OLD_DROPIN = f"[Service]\nEnvironment=SIM_MODEL={OLD_MODEL}\n"
@@ -56,18 +58,20 @@ def served_model(fleet: Fleet, host: str) -> str:
     return fleet.ssh(host, f"python3 -c {shlex.quote(code)}").stdout.strip()
 
 
-def start_with(fleet: Fleet, hosts: list[str], dropin: str | None = OLD_DROPIN, **scenario: str) -> dict[str, str]:
-    """Start the simulator everywhere on the 'previous' configuration; return the InvocationIDs."""
+def start_with(fleet: Fleet, hosts: list[str], dropin: str | None = OLD_DROPIN, router: Gateway | None = None, **scenario: str) -> dict[str, str]:
+    """Start the simulator everywhere on the 'previous' configuration, each host then registered with
+    the router when there is one; return the InvocationIDs."""
     for host in hosts:
         fleet.set_scenario(host, **FAST, **scenario)
         if dropin is not None:
             fleet.ssh(host, f"mkdir -p {DROPIN_DIR} && printf %s {shlex.quote(dropin)} > {DROPIN} && systemctl daemon-reload")
         fleet.ssh(host, f"systemctl start {UNIT}")
+    if router is not None:
+        behind_gateway(router, fleet, hosts)
     return {host: invocation(fleet, host) for host in hosts}
 
 
-def workers(fleet: Fleet, hosts: list[str]) -> dict[str, str]:
-    return {host: f"http://{fleet.address(host)}:30000" for host in hosts}
+workers = worker_urls
 
 
 def report(directory: Path, host: str) -> dict[str, object]:
@@ -77,10 +81,10 @@ def report(directory: Path, host: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def router(fleet: Fleet) -> Iterator[RouterStub]:
-    """The router stand-in, on 127.0.0.1 of the controller, with every host registered."""
-    with RouterStub(workers=list(workers(fleet, fleet.hosts).values()), admin_key=ADMIN_KEY) as stub:
-        yield stub
+def router() -> Iterator[Gateway]:
+    """The gateway on 127.0.0.1 of the controller, with its admin key; start_with registers the hosts."""
+    with Gateway(admin_key=ADMIN_KEY) as gateway:
+        yield gateway
 
 
 HOOK = """\
@@ -102,7 +106,7 @@ def hooks(tmp_path: Path) -> tuple[dict[str, object], Path]:
     return {"sglang_restart_drain_hooks": [str(hook)], "sglang_restart_restore_hooks": str(hook), "hook_log": str(log)}, log
 
 
-def deploy_vars(router: RouterStub, tmp_path: Path, **extra: object) -> dict[str, object]:
+def deploy_vars(router: Gateway, tmp_path: Path, **extra: object) -> dict[str, object]:
     return {
         **QUICK,
         "sglang_restart_router_url": router.url,
@@ -112,12 +116,12 @@ def deploy_vars(router: RouterStub, tmp_path: Path, **extra: object) -> dict[str
     }
 
 
-def test_good_configuration_rolls_out_host_by_host(fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+def test_good_configuration_rolls_out_host_by_host(fleet: Fleet, hosts: list[str], router: Gateway, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """A drop-in and an environment file on 3 hosts: each host is taken out of the router, drained
     (a request in flight on sim1 is waited for), restarted on the new configuration and put back
     after its pass, one host after the other. Run again, nothing is restarted and the router is
     left alone. The admin key is never printed."""
-    before = start_with(fleet, hosts, SIM_GENERATE_SECONDS="25")
+    before = start_with(fleet, hosts, router=router, SIM_GENERATE_SECONDS="25")
     urls = workers(fleet, hosts)
     # a generation that runs for 25 s on sim1 (longer than the run takes to reach the drain): the drain waits for it
     request = "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:30000/generate', data=b'{}'), timeout=30)"
@@ -169,13 +173,13 @@ def test_good_configuration_rolls_out_host_by_host(fleet: Fleet, hosts: list[str
 
 
 def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
-    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+    fleet: Fleet, hosts: list[str], router: Gateway, run_playbook: RunPlaybook, tmp_path: Path
 ) -> None:
     """The new configuration crashes while loading weights on sim2: sim1 runs it, sim2 is rolled
     back to its previous drop-in and serves again, sim3 is untouched; the router saw sim2 removed
     and added back only after the rollback start passed; the run fails with both outcomes."""
     first, second, third = hosts[:3]
-    before = start_with(fleet, hosts)
+    before = start_with(fleet, hosts, router=router)
     urls = workers(fleet, hosts)
     template = tmp_path / "deploy.conf.j2"
     template.write_text(CRASH_ON_SIM2)
@@ -211,7 +215,8 @@ def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
     assert router.changes() == [("remove", urls[first]), ("add", urls[first]), ("remove", urls[second]), ("add", urls[second])]
     expected_hooks = ["drain sim1 draining", "restore sim1 new_configuration", "drain sim2 draining", "restore sim2 rolled_back"]
     assert hook_log.read_text().splitlines() == expected_hooks
-    added_back = next(call.at for call in reversed(router.calls) if call.verb == "add")
+    # (the gateway's log stamps whole seconds, as the unit's start time is read here: within 2 s)
+    added_back = next(change.at for change in reversed(router.timed_changes()) if change.verb == "add")
     rollback_started = int(fleet.ssh(second, f'date -d "$(systemctl show -p ActiveEnterTimestamp --value {UNIT})" +%s').stdout)
     assert added_back >= rollback_started + float(rollback["elapsed"]) - 2
 
@@ -226,13 +231,13 @@ def test_a_start_that_fails_is_rolled_back_and_the_rollout_stops(
 
 
 def test_a_rollback_start_that_fails_too_is_reported_and_stays_out_of_rotation(
-    fleet: Fleet, hosts: list[str], router: RouterStub, tmp_path: Path, run_runner: RunRunner
+    fleet: Fleet, hosts: list[str], router: Gateway, tmp_path: Path, run_runner: RunRunner
 ) -> None:
     """Both the new configuration and the previous one fail to start (the host itself is broken):
     the report says so plainly, the host fails, and the router never gets it back. Run through
     ansible-runner, the way AWX and pipelines run it: the set_stats artifacts carry both outcomes."""
     host = hosts[0]
-    start_with(fleet, [host])
+    start_with(fleet, [host], router=router)
     fleet.set_scenario(host, **FAST, SIM_SCENARIO="crash", SIM_PHASE="starting", SIM_FAILURE="nccl")  # applies at the next start
     optional_env = NEW_DROPIN.replace(ENV_FILE, "-" + ENV_FILE)
     extravars = deploy_vars(router, tmp_path / "reports", sglang_restart_dropin_content=optional_env)
@@ -258,11 +263,11 @@ def test_a_rollback_start_that_fails_too_is_reported_and_stays_out_of_rotation(
     assert artifacts["traffic_removed"] is True and artifacts["traffic_restored"] is False
 
 
-def test_check_diff_shows_the_change_and_touches_nothing(fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+def test_check_diff_shows_the_change_and_touches_nothing(fleet: Fleet, hosts: list[str], router: Gateway, run_playbook: RunPlaybook, tmp_path: Path) -> None:
     """--check --diff with a new drop-in: the diff of the drop-in is shown, the file is not written,
     nothing is restarted and the router is not called."""
     host = hosts[0]
-    before = start_with(fleet, [host])
+    before = start_with(fleet, [host], router=router)
     run = run_playbook(PLAYBOOK, "--check", "--diff", extra_vars=deploy_vars(router, tmp_path, sglang_restart_dropin_content=NEW_DROPIN), limit=host)
     out = flat(run.output)
     assert run.returncode == 0, run
@@ -275,12 +280,12 @@ def test_check_diff_shows_the_change_and_touches_nothing(fleet: Fleet, hosts: li
 
 
 def test_an_environment_file_keeps_its_mode_and_its_secrets_stay_out_of_the_diff(
-    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+    fleet: Fleet, hosts: list[str], router: Gateway, run_playbook: RunPlaybook, tmp_path: Path
 ) -> None:
     """An environment file that exists with mode 0600 and holds a token: --check --diff shows the
     drop-in's change but not the environment file's content; the real run writes it and keeps 0600."""
     host = hosts[0]
-    start_with(fleet, [host])
+    start_with(fleet, [host], router=router)
     fleet.ssh(host, f"mkdir -p /etc/sglang && printf 'HF_TOKEN=hf_old_Wq8z\\n' > {ENV_FILE} && chmod 0600 {ENV_FILE}")
     change = {"sglang_restart_dropin_content": NEW_DROPIN, "sglang_restart_env_file": ENV_FILE, "sglang_restart_env_content": "HF_TOKEN=hf_new_Xk3v\n"}
     run = run_playbook(PLAYBOOK, "--check", "--diff", extra_vars=deploy_vars(router, tmp_path, **change), limit=host)
@@ -296,13 +301,13 @@ def test_an_environment_file_keeps_its_mode_and_its_secrets_stay_out_of_the_diff
 
 
 def test_a_drop_in_that_breaks_the_unit_is_caught_before_the_stop(
-    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+    fleet: Fleet, hosts: list[str], router: Gateway, run_playbook: RunPlaybook, tmp_path: Path
 ) -> None:
     """A second ExecStart= without clearing the first: the unit no longer loads after daemon-reload.
     Caught before the stop, the previous drop-in is put back, nothing restarted, no router call.
     And a typo in a deploy variable is refused before anything is written."""
     host = hosts[0]
-    before = start_with(fleet, [host])
+    before = start_with(fleet, [host], router=router)
     bad = "[Service]\nExecStart=/usr/bin/python3 -u /opt/sglang-sim/sglang_sim.py --mem-fraction-static 0.95\n"
     run = run_playbook(PLAYBOOK, extra_vars=deploy_vars(router, tmp_path, sglang_restart_dropin_content=bad), limit=host)
     out = flat(run.output)

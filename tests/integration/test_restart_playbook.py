@@ -18,7 +18,7 @@ import pytest
 
 from tests.figures import record
 from tests.harness.fleet import Fleet
-from tests.integration.conftest import QUICK, RunPlaybook, RunRunner
+from tests.integration.conftest import QUICK, RunPlaybook, RunRunner, flat
 from tests.integration.test_wait_ready import journal_time
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
@@ -141,6 +141,23 @@ def test_check_mode_changes_nothing(fleet: Fleet, hosts: list[str], run_playbook
         assert invocation(fleet, host) == before[host]
         assert fleet.unit_property(host, "MainPID") == pids[host]
     assert "A real run would stop it" in out
+
+
+def test_preflight_says_how_long_sglang_may_drain_when_no_drain_precedes_the_stop(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook) -> None:
+    """SGLang's sigterm_watchdog has no bound of its own: with no load URL (as in the rulebooks) the stop is the
+    drain, and the unit's TimeoutStopSec, read by the preflight, is how long it may last."""
+    host = hosts[0]
+    start_all(fleet, [host])
+    stop = fleet.unit_property(host, "TimeoutStopUSec")
+    run = run_playbook(PLAYBOOK, "--check", limit=host, extra_vars={**QUICK, "sglang_restart_load_url": ""})
+    assert run.returncode == 0, run
+    out = flat(run.output)
+    assert "no drain precedes the stop (no load URL)" in out and "no bound of its own" in out, run.output[-4000:]
+    seconds = sum(int(value) * {"min": 60, "s": 1}[unit] for value, unit in re.findall(r"(\d+)(min|s)\b", stop))
+    assert f"it may drain for {seconds} s (TimeoutStopSec)" in out, (stop, run.output[-4000:])
+    # with a load URL the drain comes first: nothing to say
+    drained = run_playbook(PLAYBOOK, "--check", limit=host, extra_vars=QUICK)
+    assert drained.returncode == 0 and "no drain precedes the stop" not in flat(drained.output)
 
 
 def test_preflight_refuses_a_unit_that_does_not_exist(fleet: Fleet, hosts: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.harness import browser
 from tests.harness.fleet import Fleet
-from tests.harness.router_stub import RouterStub
+from tests.harness.gateway import SERVED_TO_CONTROLLER, Gateway, behind_gateway
 from tests.integration.conftest import QUICK as ROLE_QUICK
 from tests.integration.conftest import RunPlaybook
 
@@ -30,8 +30,9 @@ UNIT = "sglang.service"
 DROPIN_DIR = f"/etc/systemd/system/{UNIT}.d"
 DROPIN = f"{DROPIN_DIR}/50-inferops-deploy.conf"
 # a cold start of about 8 s in five phases, on 8 ranks, weights loading for 3 s of them
-SCENARIO = {"SIM_SPEED": "0.3", "SIM_LOAD_SECONDS": "3", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8"}
-QUICK = {**ROLE_QUICK, "sglang_restart_soak": 1, "sglang_restart_router_timeout": 10, "sglang_restart_drain_timeout": 30}
+SCENARIO = {"SIM_SPEED": "0.3", "SIM_LOAD_SECONDS": "3", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "8", **SERVED_TO_CONTROLLER}
+# the router's wait outlasts the gateway's drain of a removed worker (about 5 s)
+QUICK = {**ROLE_QUICK, "sglang_restart_soak": 1, "sglang_restart_router_timeout": 15, "sglang_restart_drain_timeout": 30}
 OLD_DROPIN = "[Service]\nEnvironment=SIM_MODEL=/models/DeepSeek-R1\n"
 HOSTILE = "Warning: <script>document.title='pwned'</script> <b>not bold</b> from a journal line"
 NEW_DROPIN = (
@@ -43,16 +44,17 @@ PHASE_ORDER = ("before", "starting", "loading_weights", "allocating_kv_cache", "
 
 
 @pytest.fixture
-def router(fleet: Fleet) -> Iterator[RouterStub]:
-    workers = [f"http://{fleet.address(host)}:30000" for host in fleet.hosts]
-    with RouterStub(workers=workers) as stub:
-        yield stub
+def router() -> Iterator[Gateway]:
+    """The real gateway on 127.0.0.1 of the controller, without an admin key."""
+    with Gateway() as gateway:
+        yield gateway
 
 
-def start_previous(fleet: Fleet, hosts: list[str]) -> None:
+def start_previous(fleet: Fleet, hosts: list[str], router: Gateway) -> None:
     for host in hosts:
         fleet.set_scenario(host, **SCENARIO)
         fleet.ssh(host, f"mkdir -p {DROPIN_DIR} && printf %s {shlex.quote(OLD_DROPIN)} > {DROPIN} && systemctl daemon-reload && systemctl start {UNIT}")
+    behind_gateway(router, fleet, hosts)
 
 
 def proportional(segments: list[dict[str, Any]], px_per_second: float) -> list[str]:
@@ -65,11 +67,11 @@ def proportional(segments: list[dict[str, Any]], px_per_second: float) -> list[s
 
 
 def test_the_page_of_a_real_run_shows_each_host_to_scale_and_the_hostile_line_as_text(
-    fleet: Fleet, hosts: list[str], router: RouterStub, run_playbook: RunPlaybook, tmp_path: Path
+    fleet: Fleet, hosts: list[str], router: Gateway, run_playbook: RunPlaybook, tmp_path: Path
 ) -> None:
     if browser.chromium() is None:
         pytest.fail("no Chromium: scripts/setup.sh installs Debian's chromium")
-    start_previous(fleet, hosts)
+    start_previous(fleet, hosts, router)
     template = tmp_path / "deploy.conf.j2"
     template.write_text(NEW_DROPIN)
     reports = tmp_path / "reports"

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import FLEET_OPTIONS, FLEET_PREFIX
+
 REPO = Path(__file__).resolve().parents[2]
 SURVEYS = sorted((REPO / "awx" / "surveys").glob("*.json"))
 BOOLEAN_CHOICES = {"true", "false"}
@@ -48,7 +50,18 @@ def role_options(play: dict[str, Any]) -> dict[str, dict[str, Any]]:
     [role] = [entry["role"] if isinstance(entry, dict) else entry for entry in play["roles"]]
     name = role.rsplit(".", 1)[-1]
     specs = yaml.safe_load((REPO / "roles" / name / "meta" / "argument_specs.yml").read_text())
-    return dict(specs["argument_specs"]["main"]["options"])
+    return {**dict(specs["argument_specs"]["main"]["options"]), **rollout_options(name)}
+
+
+def rollout_options(role: str) -> dict[str, dict[str, Any]]:
+    """The rollout's play variables (sglang_batch_size, sglang_min_serving...) of the restart playbooks,
+    declared once in plugin_utils/_options.py (FLEET_OPTIONS), as the survey's default writes them."""
+    if role != "sglang_restart":
+        return {}
+    return {
+        f"{FLEET_PREFIX}{name}": {**option, "default": str(option["default"]) if option["type"] == "raw" else option["default"]}
+        for name, option in FLEET_OPTIONS.items()
+    }
 
 
 def choices(question: dict[str, Any]) -> list[str]:
@@ -94,5 +107,5 @@ def test_every_question_sets_a_role_variable_with_a_compatible_type_and_default(
             assert question["default"] in choices(question), f"{where}: the default is not one of the choices"
         if question["type"] == "integer":
             assert question["min"] <= question["default"] <= question["max"], f"{where}: the default is out of min..max"
-        if question["type"] in ("text", "textarea") and kind == "raw":
+        if question["type"] in ("text", "textarea") and kind == "raw" and question["variable"] not in rollout_options("sglang_restart"):
             assert yaml.safe_load(question["default"] or "null") in (None, [], {}), f"{where}: a YAML text default that is not empty"

@@ -16,8 +16,8 @@ import pytest
 
 from ansible_collections.inferops.runbooks.plugins.action.publish_report import node_reports as reports_of_nodes
 from ansible_collections.inferops.runbooks.plugins.action.publish_report import reporter
-from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import deployment_verdict
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._render import junit_xml, stats, summary_lines
 from tests.unit.plugins.module_utils.observations import CRASHED, restart_report, wait_result
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _options
+from ansible_collections.inferops.runbooks.plugins.module_utils import _option_specs
 from scripts.engine_source import routes
 from scripts.engine_source.data import version_key
 from scripts.engine_source.lines import sglang_lines
@@ -97,7 +97,7 @@ def _role_default(role: str, name: str) -> str:
 @pytest.mark.parametrize(("role", "name"), [("sglang_restart", "health_url"), ("sglang_precheck", "health_url")])
 def test_the_default_health_url_generates_in_the_current_release(role: str, name: str) -> None:
     path = urlsplit(_role_default(role, name)).path
-    assert path == urlsplit(_options.DEFAULT_HEALTH_URL).path
+    assert path == urlsplit(_option_specs.DEFAULT_HEALTH_URL).path
     assert TABLE[CURRENT]["routes"][path]["generates"], path
 
 

@@ -59,3 +59,10 @@ class EngineDriver(t.NamedTuple):
     timings_pattern: t.Optional[re.Pattern[str]]
     # where the drain reads the load, in the order the places are tried
     load_sources: t.Tuple[LoadSource, ...]
+    # a unit's command line (ExecStart) that runs the engine's server
+    command_pattern: t.Optional[re.Pattern[str]] = None
+    # how the engine drains its running requests on SIGTERM: ``flag`` for as long as a flag of its command
+    # line says (none: not at all), ``unbounded`` until they are done (systemd's TimeoutStopSec is the limit)
+    stop_drain: str = "flag"
+    # the path that says whether the server sleeps (vLLM's sleep mode, GET /is_sleeping), None when it has none
+    sleep_path: t.Optional[str] = None

@@ -67,4 +67,8 @@ DRIVER = EngineDriver(
         LoadSource("/get_load", keyed=True, shape="get_load"),
         LoadSource("/metrics", keyed=False, shape="metrics", gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs")),
     ),
+    command_pattern=re.compile(r"(?:^|[\s/=])(?:sglang(?:\.launch_server|\.srt\.|\s+serve\b)|-m\s+sglang\b)"),
+    # sigterm_watchdog: health answers 503 and the server waits until its running requests are done, with no
+    # bound of its own (no flag sets one; SGL_FORCE_SHUTDOWN or an unhealthy server exits at once)
+    stop_drain="unbounded",
 )

@@ -61,4 +61,9 @@ DRIVER = EngineDriver(
     ),
     timings_pattern=None,
     load_sources=(LoadSource("/metrics", keyed=False, shape="metrics", gauges=("vllm:num_requests_running", "vllm:num_requests_waiting")),),
+    command_pattern=re.compile(r"(?:^|[\s/=])(?:vllm\s+serve\b|vllm\.entrypoints\.|-m\s+vllm\b)"),
+    # --shutdown-timeout N (0.18 and later): the running requests drain for up to N s (default 0: aborted at once)
+    stop_drain="flag",
+    # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1: {"is_sleeping": true|false} (module_utils/_sleep.py)
+    sleep_path="/is_sleeping",
 )

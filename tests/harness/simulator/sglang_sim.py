@@ -6,12 +6,25 @@ carriage returns, benign warnings that look alarming), opens its HTTP port only 
 would, answers the health, model and generation endpoints the way SGLang does, and can be told to fail
 the way real starts fail. Standard library only, Python 3.11, one file.
 
+The SGLang Model Gateway (smg 1.13, the router the tests run on the controller) registers it as a
+worker after what it asks of an SGLang server: ``/health`` (its check, repeated every minute),
+``/v1/models``, ``/server_info`` and ``/model_info`` (the model and the labels it lists), then
+``/v1/loads`` every 10 s (it asks ``/loads?model=`` first, which the simulator does not serve: 404,
+and the gateway goes on to ``/v1/loads``); of a vLLM server, ``/health``, ``/v1/models`` and ``/version``. It then
+routes ``/generate``, ``/v1/completions`` and ``/v1/chat/completions`` to it
+(tests/unit/harness/test_simulator_gateway.py). The server must listen beyond its loopback
+(``SIM_HOST=0.0.0.0``) for a gateway on another machine.
+
 Environment (the unit reads ``/etc/sglang-sim/scenario.env``; the simulator itself then reads
 ``$SIM_FAULT_FILE``, default ``/etc/sglang-sim/fault.env``, whose KEY=VALUE lines override it: a fault
 injected there is no change of the unit's configuration, as a real server's hang or slow disk is not):
 
 ``SIM_SCENARIO``           ok (default) | crash | hang | crash_loop | health_503 | slow_health |
-                           unknown_error | ready_then_crash | wedged | engine_dead
+                           unknown_error | ready_then_crash | wedged | engine_dead | replay
+``SIM_REPLAY_FILE``        replay: a log file whose lines the process prints as its own, verbatim
+``SIM_REPLAY_INTERVAL``    replay: seconds between two lines, default 0.02
+``SIM_REPLAY_END``         replay: what the process does after the last line: exit (status 1, default)
+                           | hang (until it is stopped)
 ``SIM_PHASE``              where crash / hang / crash_loop strike: starting | loading_weights |
                            allocating_kv_cache | capturing_cuda_graphs | warming_up
                            (default loading_weights; crash_loop: starting)
@@ -57,6 +70,16 @@ injected there is no change of the unit's configuration, as a real server's hang
 ``SIM_MAX_RUNNING``        requests generated at once (SGLang's --max-running-requests, vLLM's
                            --max-num-seqs), default 0 (no limit): the others wait for a slot, and
                            their wait counts in their TTFT
+``SIM_ORPHAN_SECONDS``     an engine process (named ``VLLM::EngineCor``, as vLLM's EngineCore shows in /proc)
+                           started beside the main process, which ignores SIGTERM, SIGINT and SIGHUP and keeps
+                           running this many seconds after the main process is gone, default 0 (no such
+                           process). With the unit's ``KillMode=process`` systemd's stop leaves it running
+                           (vllm #42017: an orphaned EngineCore keeps its GPU memory)
+``SIM_SLEEP_MODE``         1: vLLM's sleep mode (--enable-sleep-mode with VLLM_SERVER_DEV_MODE=1): ``POST /sleep``
+                           (200, the weights offloaded), ``POST /wake_up`` (200), ``GET /is_sleeping``
+                           (``{"is_sleeping": true|false}``); asleep, /health answers 200 and a generation
+                           first wakes the engine (SIM_WAKE_SECONDS, default 1, logged as vLLM logs it).
+                           Unset: those paths answer 404, as without dev mode
 ``SIM_DECODE_LOG_INTERVAL`` decode tokens between two of SGLang's ``Decode batch. #running-req: N,
                            #token: N, token usage: X, gen throughput (token/s): X, #queue-req: N``
                            lines (its --decode-log-interval, counted here in tokens of all the
@@ -112,6 +135,7 @@ import signal
 import socket
 import socketserver
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -131,7 +155,7 @@ PHASE_SECONDS_VARS = {
     "capturing_cuda_graphs": "SIM_CAPTURE_SECONDS",
     "warming_up": "SIM_WARMUP_SECONDS",
 }
-SCENARIOS = ("ok", "crash", "hang", "crash_loop", "health_503", "slow_health", "unknown_error", "ready_then_crash", "wedged", "engine_dead")
+SCENARIOS = ("ok", "crash", "hang", "crash_loop", "health_503", "slow_health", "unknown_error", "ready_then_crash", "wedged", "engine_dead", "replay")
 # the scenarios whose server stays up and stops serving after it was ready
 STOPS_SERVING = ("wedged", "engine_dead")
 FAILURES = ("cuda_oom", "nccl", "scheduler_exception", "address_in_use", "oom_killed")
@@ -187,6 +211,18 @@ CUDA_ERROR_TRAILER = (
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
     "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+)
+
+
+# the orphan: named as vLLM's engine process shows in /proc (its first 15 characters), deaf to the stop, running on
+# for argv[1] seconds once its parent is gone
+ORPHAN_CODE = (
+    "import os, signal, sys, time\n"
+    "for name in ('SIGTERM', 'SIGINT', 'SIGHUP'): signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
+    "open('/proc/self/comm', 'w').write('VLLM::EngineCore')\n"
+    "parent = os.getppid()\n"
+    "while os.getppid() == parent: time.sleep(0.1)\n"
+    "time.sleep(float(sys.argv[1]))\n"
 )
 
 
@@ -277,6 +313,9 @@ class Config:
     max_running: int = 0
     decode_log_interval: int = 40
     leak_api_key: bool = False
+    orphan_seconds: float = 0.0
+    sleep_mode: bool = False
+    wake_seconds: float = 1.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -319,6 +358,9 @@ class Config:
             max_running=_env_int(env, "SIM_MAX_RUNNING", 0, 0),
             decode_log_interval=_env_int(env, "SIM_DECODE_LOG_INTERVAL", 40, 0),
             leak_api_key=env.get("SIM_LEAK_API_KEY", "").strip() == "1",
+            orphan_seconds=_env_float(env, "SIM_ORPHAN_SECONDS", 0.0),
+            sleep_mode=env.get("SIM_SLEEP_MODE", "").strip() == "1",
+            wake_seconds=_env_float(env, "SIM_WAKE_SECONDS", 1.0),
         )
 
     @property
@@ -928,6 +970,7 @@ class ServeState:
     generating: threading.Event = field(default_factory=threading.Event)
     wedged: threading.Event = field(default_factory=threading.Event)  # generation taken, never answered
     engine_dead: threading.Event = field(default_factory=threading.Event)  # generation answered 500
+    sleeping: threading.Event = field(default_factory=threading.Event)  # sleep mode: weights offloaded
     lock: threading.Lock = field(default_factory=threading.Lock)
     in_flight: int = 0
     running_requests: int = 0
@@ -984,6 +1027,8 @@ class SimApp:
             "/v1/completions": ("POST", self.completions),
             "/v1/chat/completions": ("POST", self.chat_completions),
         }
+        if self.cfg.sleep_mode:
+            self.routes.update({"/sleep": ("POST", self.sleep), "/wake_up": ("POST", self.wake_up), "/is_sleeping": ("GET", self.is_sleeping)})
 
     def respond(self, request: Request) -> Response:
         if self.cfg.node_rank >= 1:
@@ -1017,9 +1062,31 @@ class SimApp:
             time.sleep(self.cfg.health_delay)
         if not self.state.healthy.is_set():
             return Response(503, b"", "text/plain")
+        if self.state.sleeping.is_set():
+            return Response(200, b"", "text/plain")  # vLLM's /health while asleep: the process is up
         if request.path in GENERATING_HEALTH_PATHS:
             self.sim.log_batch(prompt_tokens=1)
         return Response(200, b"", "text/plain")
+
+    def sleep(self, request: Request) -> Response:
+        self.sim.main_line("Sleep mode freed 71.23 GiB memory, 2.05 GiB memory is still in use.")
+        self.state.sleeping.set()
+        return Response(200, b"", "text/plain")
+
+    def wake_up(self, request: Request) -> Response:
+        self.wake()
+        return Response(200, b"", "text/plain")
+
+    def wake(self) -> None:
+        """The weights back, as vLLM's wake_up does (it takes a while)."""
+        if self.state.sleeping.is_set():
+            self.sim.main_line("wake up the engine with tags: None")
+            time.sleep(self.cfg.wake_seconds)
+            self.state.sleeping.clear()
+
+    def is_sleeping(self, request: Request) -> Response:
+        self.sim.main_line("check whether the engine is sleeping")
+        return json_response(200, {"is_sleeping": self.state.sleeping.is_set()})
 
     def models(self, request: Request) -> Response:
         card = {
@@ -1093,6 +1160,7 @@ class SimApp:
         payload = parse_json_object(request.body)
         if payload is None:
             return json_response(400, {"object": "error", "message": "Invalid JSON body", "code": 400})
+        self.wake()
         prompt = payload.get(prompt_field, "")
         prompt_text = prompt if isinstance(prompt, str) else json.dumps(prompt)
         return (payload, *complete(prompt_text, max_tokens(payload), ignore_eos=payload.get("ignore_eos") is True))
@@ -1386,6 +1454,8 @@ class Simulator:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.stop.request)
         signal.signal(signal.SIGINT, self.stop.request)
+        if self.cfg.orphan_seconds:
+            self.spawn_orphan()
         try:
             if self.dist is not None:
                 self.stop.watch = self.dist.check
@@ -1408,6 +1478,13 @@ class Simulator:
             if self.dist is not None:
                 self.dist.close()
         return 0
+
+    def spawn_orphan(self) -> None:
+        """An engine process that ignores the stop and runs on for SIM_ORPHAN_SECONDS after this one is gone."""
+        process = subprocess.Popen(
+            [sys.executable, "-c", ORPHAN_CODE, str(self.cfg.orphan_seconds)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self.main_line(f"Started engine process with PID {process.pid}")
 
     def peer_lost(self, peer: str) -> int:
         """A peer died: fail as the engine does, with an error (exit) or a watchdog timeout (hang)."""
@@ -2036,9 +2113,35 @@ def with_fault(env: Mapping[str, str]) -> dict[str, str]:
     return merged
 
 
-def main(env: Mapping[str, str] | None = None) -> int:
+def replay(env: Mapping[str, str], console: Console) -> int:
+    """Print a real log's lines as this process's own output (SIM_SCENARIO=replay), then exit or hang."""
+    path = env.get("SIM_REPLAY_FILE", "").strip()
+    interval = _env_float(env, "SIM_REPLAY_INTERVAL", 0.02)
+    end = _env_choice(env, "SIM_REPLAY_END", "exit", ("exit", "hang"))
     try:
-        cfg = Config.from_env(with_fault(os.environ) if env is None else env)
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"SIM_REPLAY_FILE={path!r} cannot be read: {exc}") from None
+    stop = StopFlag()
+    signal.signal(signal.SIGTERM, stop.request)
+    try:
+        for text in lines:
+            console.line(text)
+            stop.sleep(interval)
+        while end == "hang":
+            stop.sleep(3600)
+    except ShutdownRequested:
+        return 0
+    return 1
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    environment = with_fault(os.environ) if env is None else env
+    try:
+        if environment.get("SIM_SCENARIO", "").strip() == "replay":
+            return replay(environment, Console(sys.stdout.buffer))
+        cfg = Config.from_env(environment)
     except ConfigError as exc:
         sys.stderr.write(f"sglang_sim: {exc}\n")
         return 2

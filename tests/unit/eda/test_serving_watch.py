@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import runpy
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,3 +220,74 @@ def test_a_server_that_never_becomes_ready_is_an_event_after_the_grace_period(si
     assert body["condition"] == "never_ready", body
     assert "generation answered 503 (not ready) for " in body["summary"]
     assert body["evidence"]["generation"].startswith("HTTP 503 after ")
+
+
+# ---- vLLM's sleep mode ----------------------------------------------------------------------------
+
+
+def asleep(sim: SimProcess) -> None:
+    assert sim.request("POST", "/sleep") == (200, b"")
+    assert sim.request("GET", "/is_sleeping") == (200, b'{"is_sleeping": true}')
+
+
+def test_a_sleeping_vllm_is_never_probed_with_a_generation_nor_reported(sims: list[SimProcess]) -> None:
+    """Its engine is dead too: a generation would fail, and waking it would cost a reload of its weights.
+    The sleep state is read first, with the key, and nothing else is asked while it sleeps."""
+    sim = serving(sims, SIM_ENGINE="vllm", SIM_SCENARIO="engine_dead", SIM_SLEEP_MODE="1", SIM_API_KEY=API_KEY)
+    asleep(sim)
+    events = run_watch({"servers": [server(sim, engine="vllm", api_key=API_KEY, model="m")], **QUICK, "failures": 1, "start_grace": 0.5}, 2.5)
+    assert events == []
+    assert '"POST /v1/completions ' not in sim.text and "wake up the engine" not in sim.text
+    assert sim.text.count('"GET /is_sleeping ') >= 3 and '"GET /metrics ' not in sim.text
+    assert sim.request("GET", "/is_sleeping") == (200, b'{"is_sleeping": true}')
+
+
+def test_a_vllm_that_wakes_up_is_watched_again(sims: list[SimProcess]) -> None:
+    sim = serving(sims, SIM_ENGINE="vllm", SIM_SCENARIO="engine_dead", SIM_SLEEP_MODE="1", SIM_WAKE_SECONDS="0.1")
+    asleep(sim)
+    threading.Timer(1.0, sim.request, args=("POST", "/wake_up")).start()
+    (event,) = run_watch({"servers": [server(sim, engine="vllm", model="m")], **QUICK, "quiet_period": 60}, 3.0)
+    assert event["inferops"]["condition"] == "generation_failed" and "EngineDeadError" in event["inferops"]["evidence"]["generation"]
+
+
+def test_a_server_without_the_sleep_route_is_asked_once(sims: list[SimProcess]) -> None:
+    sim = serving(sims, SIM_ENGINE="vllm")  # no VLLM_SERVER_DEV_MODE: /is_sleeping answers 404
+    assert run_watch({"servers": [server(sim, engine="vllm", model="m")], **QUICK}, 2.0) == []
+    assert sim.text.count('"GET /is_sleeping ') == 1 and '"POST /v1/completions ' in sim.text
+    sglang = serving(sims)
+    assert run_watch({"servers": [server(sglang)], **QUICK}, 1.0) == []
+    assert '"GET /is_sleeping ' not in sglang.text  # SGLang has no sleep mode: never asked
+
+
+# ---- the host's lease -----------------------------------------------------------------------------
+
+
+def lease_file(directory: Path, unit: str, heartbeat_at: float) -> Path:
+    path = directory / f"{unit}.lease"
+    path.write_text(json.dumps({"run_id": "20261204T180000Z-7", "user": "ops", "controller": "bastion", "heartbeat_at": heartbeat_at}))
+    return path
+
+
+def test_a_wedged_server_held_by_a_rollout_raises_no_event(sims: list[SimProcess], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The lease is read with the command given (here cat of a file on this machine, as ssh would print it
+    from the host): a live rollout holds the host, so its wedged server raises nothing, and the log says who holds it."""
+    sim = serving(sims, SIM_SCENARIO="wedged")
+    lease_file(tmp_path, "sglang.service", time.time() + 3600)
+    with caplog.at_level("WARNING"):
+        events = run_watch({"servers": [server(sim)], **QUICK, "lease_command": ["cat", f"{tmp_path}/{{unit}}.lease"]}, 3.0)
+    assert events == []
+    assert "gpu-1 is held by a rollout (run 20261204T180000Z-7 from ops@bastion): no event" in caplog.text
+
+
+@pytest.mark.parametrize("lease", ["stale", "absent"])
+def test_a_stale_or_absent_lease_holds_nothing_back(sims: list[SimProcess], tmp_path: Path, lease: str) -> None:
+    sim = serving(sims, SIM_SCENARIO="wedged")
+    if lease == "stale":
+        lease_file(tmp_path, "sglang.service", time.time() - 700)
+    events = run_watch({"servers": [server(sim)], **QUICK, "quiet_period": 60, "lease_command": ["cat", f"{tmp_path}/{{unit}}.lease"]}, 4.0)
+    assert len(events) == 1 and events[0]["inferops"]["condition"] == "generation_failed", events
+
+
+def test_a_bad_lease_command_is_refused() -> None:
+    with pytest.raises(WATCH["OptionError"], match="option lease_command='ssh host' is not allowed: a list of words"):
+        WATCH["check_options"]({**GOOD, "lease_command": "ssh host"})

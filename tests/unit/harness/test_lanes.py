@@ -104,7 +104,7 @@ def test_side_by_side_each_shared_test_runs_on_the_version_that_takes_it_first(t
 def test_pytest_collects_what_the_lane_selects() -> None:
     """The hook on the real suite: the oldest version runs no pure core unit test, every other kill
     point, and the every_version tests; the two together run every integration test."""
-    paths = ("tests/unit/plugins/module_utils/test_rollout.py", "tests/unit/plugins/filter/test_filters.py", "tests/integration")
+    paths = ("tests/unit/plugins/plugin_utils/test_rollout.py", "tests/unit/plugins/filter/test_filters.py", "tests/integration")
     oldest, newest = collected("oldest", *paths).stdout, collected("newest", *paths).stdout
     assert "test_rollout.py" not in oldest and "test_filters.py::" in oldest, oldest[-2000:]
     killed = [line.split("[")[1] for line in oldest.splitlines() if "repairs_what_a_dead_controller_left[" in line]

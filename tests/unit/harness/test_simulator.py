@@ -657,3 +657,40 @@ def test_a_simulator_stopped_when_a_request_arrives_serves_it_on_the_schedule_of
     assert len(arrivals) == 20
     assert 0.4 <= arrivals[0] < 0.55, arrivals  # due at 0.4 (never before), not at 0.25 + 0.4
     assert arrivals[19] - arrivals[0] >= 19 / 50 - 0.01, arrivals
+
+
+def test_replay_prints_a_real_log_verbatim_then_exits_failed(tmp_path: Path) -> None:
+    log = Path(__file__).resolve().parents[1] / "data" / "corpus" / "logs" / "vllm-address-in-use-01.log"
+    lines = log.read_text().split("# ---- verbatim log below ----\n", 1)[1].splitlines()
+    replayed = tmp_path / "replay.log"
+    replayed.write_text("\n".join(lines) + "\n")
+    sim = SimProcess(SIM_SCENARIO="replay", SIM_REPLAY_FILE=str(replayed), SIM_REPLAY_INTERVAL="0")
+    try:
+        assert sim.proc.wait(10) == 1
+        sim._reader.join(2)
+        assert sim.text.splitlines() == lines
+    finally:
+        sim.close()
+
+
+def test_replay_left_hanging_stops_on_sigterm(tmp_path: Path) -> None:
+    replayed = tmp_path / "replay.log"
+    replayed.write_text("first\nTraceback (most recent call last):\n")
+    sim = SimProcess(SIM_SCENARIO="replay", SIM_REPLAY_FILE=str(replayed), SIM_REPLAY_END="hang")
+    try:
+        sim.wait_for("Traceback")
+        time.sleep(0.3)
+        assert sim.proc.poll() is None, "the process must hang after its last line"
+        sim.proc.send_signal(signal.SIGTERM)
+        assert sim.proc.wait(5) == 0
+    finally:
+        sim.close()
+
+
+def test_replay_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    sim = SimProcess(SIM_SCENARIO="replay", SIM_REPLAY_FILE=str(tmp_path / "absent.log"))
+    try:
+        assert sim.proc.wait(10) == 2
+        assert sim.proc.stderr is not None and "SIM_REPLAY_FILE=" in sim.proc.stderr.read().decode()
+    finally:
+        sim.close()

@@ -24,7 +24,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from ansible_collections.inferops.runbooks.plugins.filter.journal import classify_journal, journal_line_class
 from ansible_collections.inferops.runbooks.plugins.module_utils import _rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import rule_problems
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import rule_problems
 from tests.figures import record
 from tests.unit.conftest import CORPUS
 

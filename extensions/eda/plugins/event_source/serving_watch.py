@@ -19,11 +19,18 @@ generation that round. Otherwise it gets one one-token generation, so a server c
 generation per ``interval``, and one ``/metrics`` read (two when the generation failed: the second one
 is the evidence of what the server runs then).
 
-A server whose restart is under way is never probed: after an event for a host, its server is left
-alone for ``quiet_period`` seconds (the rulebook's restart runs meanwhile). The run record that the
-restart keeps on the host (``/var/lib/inferops/<unit>.json``) cannot be read over HTTP; a restart run
-by someone else shows here as a port that refuses connections, then 503s, both within ``start_grace``,
-so it raises no event either.
+A vLLM server in sleep mode (``--enable-sleep-mode``, ``POST /sleep`` or the idle auto-sleep) answers
+``/health`` 200 and pays a wake-up for its first generation: its sleep state (``GET /is_sleeping``, the
+API key sent) is read first, and a sleeping server gets no generation and is never reported as not
+serving (the watch logs that it sleeps). A server without the route (404: no ``VLLM_SERVER_DEV_MODE``)
+is not asked again.
+
+A server whose restart is under way raises no event: after an event for a host, its server is left
+alone for ``quiet_period`` seconds (the rulebook's restart runs meanwhile); and with ``lease_command``,
+the host's lease (``/var/lib/inferops/<unit>.lease``, which every rollout of the collection holds while
+it works on the host) is read before an event is raised: a host held by a live rollout, whoever started
+it, raises none (the log names the run that holds it). The lease cannot be read over HTTP: the command
+reads it on the host (``ssh``, as the rulebook's playbooks reach the hosts).
 
 Each event names the host (``meta.hosts``, so a ``run_playbook`` action is limited to it), the
 condition and its evidence: the answers, the counters and for how long, under the key ``inferops``;
@@ -41,6 +48,7 @@ import datetime
 import json
 import logging
 import re
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -58,6 +66,8 @@ description:
     generated), reads /metrics, and emits an event when a generation fails or times out, when requests
     run while the generated-token counter stands still, or when the port is gone.
   - Never probes a server for O(quiet_period) seconds after an event for it.
+  - Reads a vLLM server's sleep state (GET /is_sleeping, vLLM's sleep mode) first - a sleeping server gets
+    no generation and raises no event; a server without the route (404) is not asked again.
 options:
   servers:
     description:
@@ -108,6 +118,22 @@ options:
     description: The prompt of the one-token generation.
     type: str
     default: Hello
+  lease_command:
+    description:
+      - The command, run on the rulebook's host, that prints a server's lease (the JSON file
+        C(/var/lib/inferops/<unit>.lease) on the server's host), as a list of words; C({host}), C({address}) (the
+        URL's host) and C({unit}) are replaced in each. For example
+        C([ssh, -o, BatchMode=yes, "root@{address}", cat, "/var/lib/inferops/{unit}.lease"]).
+      - Before an event is raised, the lease is read; a host held by a rollout whose heartbeat is fresher than
+        O(lease_stale) raises no event. Without it (the default), or when the command fails, events are raised as
+        if no lease were held (the log says why).
+    type: list
+    elements: str
+    default: []
+  lease_stale:
+    description: Seconds since a lease's last heartbeat after which its rollout counts as dead (its lease no longer holds events back).
+    type: float
+    default: 600
 """
 
 EXAMPLES = r"""
@@ -137,9 +163,12 @@ NUMBER_OPTIONS: dict[str, tuple[type, float, float]] = {
     "stall_for": (float, 120.0, 0.0),
     "start_grace": (float, 900.0, 0.0),
     "quiet_period": (float, 1800.0, 0.0),
+    "lease_stale": (float, 600.0, 0.0),
 }
 TEXT_OPTIONS = {"engine": "sglang", "api_key": "", "prompt": "Hello"}
-SERVER_KEYS = ("host", "url", "engine", "api_key", "model")
+SERVER_KEYS = ("host", "url", "engine", "api_key", "model", "unit")
+# the unit of a server that does not name its own
+DEFAULT_UNITS = {"sglang": "sglang.service", "vllm": "vllm.service"}
 NAME = "serving_watch"
 LOGGER = logging.getLogger(NAME)
 SAMPLE_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
@@ -160,6 +189,7 @@ class Server:
     engine: str
     api_key: str = ""
     model: str = ""
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +203,8 @@ class Options:
     start_grace: float = 900.0
     quiet_period: float = 1800.0
     prompt: str = "Hello"
+    lease_command: tuple[str, ...] = ()
+    lease_stale: float = 600.0
 
 
 def _fail(name: str, value: object, allowed: str) -> OptionError:
@@ -234,12 +266,13 @@ def _server(entry: object, index: int, engine: str, api_key: str) -> Server:
         engine=server_engine,
         api_key=_text({"api_key": api_key, **entry}, "api_key", where),
         model=_text(entry, "model", where),
+        unit=_text({"unit": DEFAULT_UNITS[server_engine], **entry}, "unit", where),
     )
 
 
 def check_options(args: Mapping[str, Any]) -> Options:
     """The options, checked; raises OptionError naming the option, its value and what is allowed."""
-    known = {"servers", *NUMBER_OPTIONS, *TEXT_OPTIONS}
+    known = {"servers", "lease_command", *NUMBER_OPTIONS, *TEXT_OPTIONS}
     unknown = sorted(key for key in args if key not in known and not key.startswith("eda_"))
     if unknown:
         raise _fail(unknown[0], args[unknown[0]], f"the options are {', '.join(sorted(known))}")
@@ -265,7 +298,15 @@ def check_options(args: Mapping[str, Any]) -> Options:
         start_grace=number["start_grace"],
         quiet_period=number["quiet_period"],
         prompt=_text(args, "prompt"),
+        lease_command=_lease_command(args.get("lease_command", [])),
+        lease_stale=number["lease_stale"],
     )
+
+
+def _lease_command(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(word, str) for word in value):
+        raise _fail("lease_command", value, "a list of words, the command that prints a host's lease ({host}, {address}, {unit} replaced)")
+    return tuple(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,6 +367,8 @@ class Look:
     metrics: Answer
     counters: Counters | None
     generation: Answer | None = None
+    # the server said it sleeps (vLLM's /is_sleeping): nothing else was asked
+    sleeping: bool = False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,6 +401,11 @@ def needs_generation(state: ServerState, look: Look) -> bool:
 def assess(state: ServerState, look: Look, options: Options, server: Server) -> dict[str, Any] | None:
     """Update the state with one look; the event when the server is not serving, else None."""
     now = look.at
+    if look.sleeping:
+        # asleep on purpose: serving when woken, so nothing it did before counts against it
+        state.failed.clear()
+        state.gone_since = state.unready_since = state.stalled_since = None
+        return None
     counters = look.counters
     if look.metrics.refused and (look.generation is None or look.generation.refused):
         state.gone_since = state.gone_since if state.gone_since is not None else now
@@ -454,6 +502,15 @@ def http_call(url: str, timeout: float, payload: Mapping[str, Any] | None = None
         return Answer(None, error=f"{type(reason).__name__}: {reason}", seconds=seconds, refused=True)
 
 
+def is_sleeping(body: str) -> bool:
+    """vLLM's /is_sleeping answer, ``{"is_sleeping": true}``; anything else is awake."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and found.get("is_sleeping") is True
+
+
 def generation_request(server: Server, model: str, prompt: str) -> tuple[str, dict[str, Any]]:
     """(path, body) of a one-token generation on the server's engine."""
     if server.engine == "sglang":
@@ -474,12 +531,33 @@ class Watch:
         self.pool = pool
         self.state = ServerState()
         self.model = server.model
+        # whether the server has vLLM's /is_sleeping: asked (None), yes, or no (404: not again)
+        self.sleep_route: bool | None = None if server.engine == "vllm" else False
+        self.asleep = False
 
     async def call(self, path: str, timeout: float, payload: Mapping[str, Any] | None = None, api_key: str = "") -> Answer:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, http_call, self.server.url + path, timeout, payload, api_key)
 
+    async def sleeping(self) -> Answer | None:
+        """vLLM's sleep state: the /is_sleeping answer when the server sleeps, else None."""
+        if self.sleep_route is False:
+            return None
+        answer = await self.call("/is_sleeping", self.options.request_timeout, api_key=self.server.api_key)
+        if answer.status == 404:
+            self.sleep_route = False
+            return None
+        self.sleep_route = self.sleep_route or answer.ok
+        asleep = answer.ok and is_sleeping(answer.body)
+        if asleep != self.asleep:
+            LOGGER.info("%s: %s %s", NAME, self.server.host, "sleeps (vLLM sleep mode): no generation while it sleeps" if asleep else "is awake")
+            self.asleep = asleep
+        return answer if asleep else None
+
     async def look(self) -> Look:
+        asleep = await self.sleeping()
+        if asleep is not None:
+            return Look(at=time.monotonic(), metrics=asleep, counters=None, sleeping=True)
         metrics = await self.call("/metrics", self.options.request_timeout)
         counters = parse_metrics(metrics.body, self.server.engine) if metrics.ok else None
         look = Look(at=time.monotonic(), metrics=metrics, counters=counters)
@@ -501,18 +579,65 @@ class Watch:
         path, body = generation_request(self.server, self.model, self.options.prompt)
         return await self.call(path, self.options.generation_timeout, body, self.server.api_key)
 
+    async def held_by_a_rollout(self) -> bool:
+        """A rollout holds the host (its lease, read with lease_command): what looked like not serving is its work."""
+        if not self.options.lease_command:
+            return False
+        loop = asyncio.get_running_loop()
+        argv = lease_argv(self.options.lease_command, self.server)
+        lease, problem = await loop.run_in_executor(self.pool, read_lease, argv, self.options.request_timeout)
+        if problem:
+            LOGGER.warning("%s: %s: %s; the event is raised", NAME, self.server.host, problem)
+        holder = live_holder(lease, time.time(), self.options.lease_stale)
+        if holder:
+            LOGGER.warning("%s: %s is held by a rollout (%s): no event", NAME, self.server.host, holder)
+        return holder is not None
+
     async def run(self, queue: Queue, first_delay: float) -> None:
         await asyncio.sleep(first_delay)
         while True:
             started = time.monotonic()
             if started >= self.state.quiet_until:
                 found = assess(self.state, await self.look(), self.options, self.server)
+                if found is not None and await self.held_by_a_rollout():
+                    found, self.state = None, ServerState()
                 if found is not None:
                     # in the rulebook's log too: a rule's throttle keeps an event from its action, not from the record
                     LOGGER.warning("%s: not serving: %s", NAME, json.dumps(found["inferops"], sort_keys=True))
                     await queue.put(found)
                     self.state = ServerState(quiet_until=time.monotonic() + self.options.quiet_period)
             await asyncio.sleep(max(0.0, self.options.interval - (time.monotonic() - started)))
+
+
+def lease_argv(command: tuple[str, ...], server: Server) -> list[str]:
+    address = urllib.parse.urlsplit(server.url).hostname or ""
+    return [word.replace("{host}", server.host).replace("{address}", address).replace("{unit}", server.unit) for word in command]
+
+
+def read_lease(argv: list[str], timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """The lease the command printed (None when the host has none), or None and why it could not be read."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"the lease command failed: {exc}"
+    if done.returncode != 0:
+        # no lease file: the host is held by nobody (cat and ssh say so on stderr)
+        said = done.stderr.strip()
+        return None, "" if "No such file" in said else f"the lease command exited with {done.returncode}: {said[-200:]}"
+    try:
+        lease = json.loads(done.stdout)
+    except ValueError:
+        return None, "the lease command printed no lease"
+    return (lease, "") if isinstance(lease, dict) else (None, "the lease command printed no lease")
+
+
+def live_holder(lease: Mapping[str, Any] | None, now: float, stale_after: float) -> str | None:
+    """The run that holds the host, when its heartbeat is fresh; None otherwise."""
+    if not lease or not isinstance(lease.get("heartbeat_at"), (int, float)):
+        return None
+    if now - float(lease["heartbeat_at"]) > stale_after:
+        return None
+    return f"run {lease.get('run_id')} from {lease.get('user') or 'someone'}@{lease.get('controller') or 'an unknown controller'}"
 
 
 def served_model(body: str) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._render import junit_xml, stats, summary_lines
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._render import junit_xml, stats, summary_lines
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report
 from tests.unit.plugins.module_utils.observations import CRASHED, restart_observed, wait_result
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)

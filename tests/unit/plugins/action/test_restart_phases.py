@@ -1,5 +1,5 @@
 """The restart and rollback phases' decisions (action/restart.py, plugin_utils/_rollback.py, plugin_utils/_start.py,
-module_utils/_rollout.py: what became of a start), on every path; the phases themselves run in the
+plugin_utils/_rollout.py: what became of a start), on every path; the phases themselves run in the
 integration tests on real systemd hosts."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.action import restart, settle
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollback as rollback
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _start
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout, _start
 
 # answers as the real uri module gave them from the simulator (one token), without the request
 GENERATED = {
@@ -152,15 +151,16 @@ def test_the_wait_tells_the_new_start_from_the_right_invocation() -> None:
 def test_a_node_goes_on_only_when_every_peer_got_through_its_preflight() -> None:
     node = {"multi_node": True, "deployment": "dsr1", "rank": 0, "hosts": ["gpu0", "gpu1", "gpu2"], "peers": {"gpu1": 1, "gpu2": 2}}
 
-    # the prepare phase's fact on each node, in its registered result (a node whose check was refused has none)
+    # what each node's prepare phase returned for the others (its peer), as the role passes it (a node whose
+    # check was refused got through no preflight)
     def prepared(reached: object) -> dict[str, Any]:
-        return {"sglang_restart__prepared": {"ansible_facts": {restart.PREFLIGHT_FACT: reached}}}
+        return {"run_id": "r", "reached_preflight": reached}
 
     assert restart.lagging(node, {"gpu1": prepared(True), "gpu2": prepared(True)}) == []
     assert restart.lagging(node, {"gpu1": prepared(True), "gpu2": prepared(False)}) == ["gpu2"]
+    # ansible-core before 2.19 hands a templated boolean over as its text; a node that returned nothing lags
     assert restart.lagging(node, {"gpu1": prepared("True"), "gpu2": {}}) == ["gpu2"]
-    # a fact of an earlier run's, outside this run's prepare result, does not count
-    assert restart.lagging(node, {"gpu1": prepared(True), "gpu2": {restart.PREFLIGHT_FACT: True}}) == ["gpu2"]
+    assert restart.lagging(node, {"gpu1": prepared(True)}) == ["gpu2"]
     # the parts of the phase itself: the nodes wait for each other through the channel (test_rendezvous.py),
     # at most as long as a drain, a stop and the release of the port take
     assert restart.rendezvous_timeout(options(drain_timeout=600, release_timeout=60)) == 660 + restart.RENDEZVOUS_MARGIN
@@ -168,12 +168,9 @@ def test_a_node_goes_on_only_when_every_peer_got_through_its_preflight() -> None
 
 def test_the_nodes_of_one_restart_share_a_channel_named_by_node_0s_run() -> None:
     node = {"multi_node": True, "deployment": "dsr1", "hosts": ["gpu0", "gpu1"]}
-    hostvars = {
-        "gpu0": {"sglang_restart__prepared": {"ansible_facts": {"sglang_restart_run_id": "20261203T101010Z-42"}}},
-        "gpu1": {"sglang_restart__prepared": {"ansible_facts": {"sglang_restart_run_id": "20261203T101011Z-7"}}},
-    }
-    assert restart.channel_name(node, hostvars) == "20261203T101010Z-42-dsr1"
-    assert restart.channel_name({"multi_node": False}, hostvars) is None
+    peers = {"gpu0": {"run_id": "20261203T101010Z-42"}, "gpu1": {"run_id": "20261203T101011Z-7"}}
+    assert restart.channel_name(node, peers) == "20261203T101010Z-42-dsr1"
+    assert restart.channel_name({"multi_node": False}, peers) is None
 
 
 def test_the_drain_reads_in_slices_until_no_request_runs_or_its_time_is_spent() -> None:

@@ -12,7 +12,7 @@ import pytest
 from ansible.errors import AnsibleConnectionFailure
 
 from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, Transport
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_option_problems
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)

@@ -8,8 +8,8 @@ import typing as t
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import wait_option_problems
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, channel_directory
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import wait_option_problems
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
 

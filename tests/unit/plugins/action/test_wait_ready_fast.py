@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, FastTransport
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import BUNDLE_PACKAGE
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import code_bundle as probe_bundle
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import BUNDLE_PACKAGE, CALL_ENTRIES, PROBE_ENTRIES, code_bundle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait
 
 pytestmark = pytest.mark.ansible
@@ -139,7 +138,7 @@ def test_a_node_of_a_deployment_keeps_the_modules_looks() -> None:
 
 
 def test_the_bundle_is_the_probes_standard_library_code_in_its_package() -> None:
-    with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
+    with zipfile.ZipFile(io.BytesIO(code_bundle(PROBE_ENTRIES))) as bundle:
         names = bundle.namelist()
         assert f"{BUNDLE_PACKAGE}/_probe.py" in names and "ansible_collections/__init__.py" in names
         for name in names:
@@ -179,14 +178,15 @@ def test_discovery_left_to_ansible_is_no_known_python() -> None:
     assert len(action.modules) == 1
 
 
-def test_the_bundle_imports_the_probe_with_nothing_but_itself(tmp_path: Path) -> None:
-    """Every module the probe imports is in the bundle (a subpackage left out once sent every look back
-    to the module): the bundle unpacked and imported by an isolated Python, which sees no site-packages."""
-    with zipfile.ZipFile(io.BytesIO(probe_bundle())) as bundle:
+@pytest.mark.parametrize("entries", [PROBE_ENTRIES, CALL_ENTRIES], ids=["probe", "calls"])
+def test_the_bundle_imports_its_entry_points_with_nothing_but_itself(tmp_path: Path, entries: tuple[str, ...]) -> None:
+    """Every module an entry point imports is in its bundle (a subpackage left out once sent every look
+    back to the module): the bundle unpacked and imported by an isolated Python, which sees no site-packages."""
+    with zipfile.ZipFile(io.BytesIO(code_bundle(entries))) as bundle:
         bundle.extractall(tmp_path)
     package = BUNDLE_PACKAGE.replace("/", ".")
-    for entry in ("_probe", "_hostcall"):
+    for entry in entries:
         code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {package}.{entry} as entry; print(entry.cli.__module__, entry.__file__)"
         done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == [f"{package}.{entry}", str(tmp_path / BUNDLE_PACKAGE / f"{entry}.py")]
+        assert done.stdout.split() == [f"{package}.{entry}", str(tmp_path / BUNDLE_PACKAGE / (entry.replace(".", "/") + ".py"))]

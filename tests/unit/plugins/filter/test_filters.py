@@ -13,6 +13,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.inferops.runbooks.plugins.filter.deployment import batch_count
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import Step
 from tests.unit.conftest import CORPUS
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core: runs on every version (tests/harness/lanes.py)
@@ -64,11 +65,16 @@ def test_bad_rule_fails_the_task_with_a_clear_message(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("given", [1, 3, "2", " 4 "])
 def test_the_batch_size_is_a_whole_number_given_as_a_number_or_its_digits(given: object) -> None:
-    assert batch_count(given) == int(str(given))
+    assert batch_count(given) == [Step(int(str(given)))]
 
 
-@pytest.mark.parametrize("given", [0, "0", -1, "1.5", 2.5, True, "", None, "two", "٣"])
+@pytest.mark.parametrize(("given", "steps"), [("25%", [Step(0, 25.0)]), ([1, 2, "50%"], [Step(1), Step(2), Step(0, 50.0)]), ("1, 2", [Step(1), Step(2)])])
+def test_the_batch_size_is_a_percent_or_a_ramp_as_serial_takes_them(given: object, steps: list[Step]) -> None:
+    assert batch_count(given) == steps
+
+
+@pytest.mark.parametrize("given", [0, "0", -1, "1.5", 2.5, True, "", None, "two", "٣", "150%", [0], [1, "abc"]])
 def test_a_batch_size_that_is_not_a_whole_number_is_refused_before_anything_restarts(given: object) -> None:
-    refused = r"^Refusing the rollout before anything restarts: the batch size \(sglang_batch_size\) must be a whole number >= 1"
+    refused = r"^Refusing the rollout before anything restarts: sglang_batch_size must be a whole number >= 1, a percent"
     with pytest.raises(AnsibleFilterError, match=refused):
         batch_count(given)

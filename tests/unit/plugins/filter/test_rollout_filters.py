@@ -1,5 +1,5 @@
-"""The rollout filters as thin shells: what they pass to module_utils/_rollout.py (whose decisions
-tests/unit/plugins/module_utils/test_rollout.py covers) and the error each gives for bad input."""
+"""The rollout filters as thin shells: what they pass to plugin_utils/_rollout.py (whose decisions
+tests/unit/plugins/plugin_utils/test_rollout.py covers) and the error each gives for bad input."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.inferops.runbooks.plugins.filter.rollout import FilterModule, rollout_change, rollout_decide, rollout_reconcile
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from tests.unit.plugins.module_utils.test_rollout import DROPIN, NEW, OLD, host, killed_at, sha, unit
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout
+from tests.unit.plugins.plugin_utils.test_rollout import DROPIN, NEW, OLD, host, killed_at, sha, unit
 
 pytestmark = pytest.mark.ansible  # exercises ansible-core's filter errors: runs on every version (tests/harness/lanes.py)
 

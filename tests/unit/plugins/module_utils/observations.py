@@ -8,7 +8,7 @@ import functools
 from typing import Any
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import classify, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report
 from tests.unit.conftest import corpus_logs
 
 HOST = "gpu-node-01"

@@ -279,7 +279,7 @@ def test_new_since_the_last_good_start() -> None:
     assert report["new_unrecognized"] == [never]
 
 
-# -- in the roles' reports (module_utils/_runbook_report, _render) --------------------------------
+# -- in the roles' reports (plugin_utils/_runbook_report, _render) --------------------------------
 
 
 def history_result(earlier: list[dict[str, Any]], this: dict[str, Any], config: str = "cfg-a") -> dict[str, Any]:
@@ -300,7 +300,7 @@ def history_result(earlier: list[dict[str, Any]], this: dict[str, Any], config: 
 
 
 def test_the_restart_report_says_what_is_new_and_fail_on_new_fails_on_it() -> None:
-    from ansible_collections.inferops.runbooks.plugins.module_utils._render import summary_lines
+    from ansible_collections.inferops.runbooks.plugins.plugin_utils._render import summary_lines
     from tests.unit.plugins.module_utils.observations import options, restart_report, wait_result
 
     wait = wait_result("vllm-ready-01.log")
@@ -329,7 +329,7 @@ def test_the_restart_report_says_what_is_new_and_fail_on_new_fails_on_it() -> No
 
 
 def test_the_report_names_slow_phases_and_learned_limits() -> None:
-    from ansible_collections.inferops.runbooks.plugins.module_utils._render import summary_lines
+    from ansible_collections.inferops.runbooks.plugins.plugin_utils._render import summary_lines
     from tests.unit.plugins.module_utils.observations import restart_report
 
     earlier = baseline((21.25, 21.25, 21.25))
@@ -355,7 +355,7 @@ def test_the_precheck_fails_on_new_lines_only_when_asked() -> None:
 
 
 def test_a_history_that_could_not_be_read_is_reported_never_fatal() -> None:
-    from ansible_collections.inferops.runbooks.plugins.module_utils._render import summary_lines
+    from ansible_collections.inferops.runbooks.plugins.plugin_utils._render import summary_lines
     from tests.unit.plugins.module_utils.observations import restart_report
 
     report = restart_report(history={"failed": True, "msg": "systemctl show sglang.service failed (rc=1): boom"})

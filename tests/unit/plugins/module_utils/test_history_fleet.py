@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _history, _render
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import fleet_section, fleet_starts
+from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import fleet_section, fleet_starts
 from tests.unit.plugins.module_utils.observations import restart_report, wait_result
 from tests.unit.plugins.module_utils.test_history import history_result, scaled, start
 

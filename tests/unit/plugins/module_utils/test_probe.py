@@ -211,3 +211,38 @@ def test_a_traceback_whose_process_is_gone_is_read_whole_even_when_journald_is_s
     assert event["message"].startswith("RuntimeError: NCCL error: unhandled system error"), event["message"]
     assert len(event["traceback"]) == len(lines)
     assert lag <= took < 60.0, took
+
+
+class ChattyServer(DyingServer):
+    """A server that goes on printing after its fatal traceback: ``lines`` come one every ``interval``
+    seconds (the other ranks' tracebacks, request logs), its process alive throughout."""
+
+    def __init__(self, lines: list[str], interval: float) -> None:
+        super().__init__(lines, 0.0)
+        self.pending = [{"MESSAGE": line} for line in lines]
+        self.interval = interval
+        self.next_at = time.monotonic()
+
+    def poll(self, wait: float, wakers: t.Sequence[int] = (), hangups: t.Sequence[int] = ()) -> list[dict[str, t.Any]]:
+        time.sleep(max(min(self.next_at - time.monotonic(), wait), 0.0))
+        if not self.pending or time.monotonic() < self.next_at:
+            return []
+        self.next_at += self.interval
+        return [self.pending.pop(0)]
+
+
+def test_the_verdict_does_not_wait_for_what_a_dying_server_goes_on_printing() -> None:
+    """The real traceback of rank 7, then the same traceback from seven more ranks and a long tail, a
+    line every 20 ms (about 10 s in all): the look ends a moment after the first exception line, with
+    that line as the fatal event, not when the other ranks' tracebacks or the printing end."""
+    first = dying_lines()
+    others = [line.replace("TP7", f"TP{rank}") for rank in range(7) for line in first]
+    tail = [f"[2025-03-11 15:02:54 TP0] Decode batch. #running-req: {n}" for n in range(500 - len(first) - len(others))]
+    server = ChattyServer(first + others + tail, interval=0.02)
+    params = _probe.with_defaults({"unit": "sglang.service", "watch": 120.0})
+    _probe.follow(server, server, params, _probe.HealthPacer(params))  # type: ignore[arg-type]
+    events = server.scanner.finish()["fatal"]
+    assert events[0]["message"].startswith("RuntimeError: NCCL error: unhandled system error"), events[0]["message"]
+    read = len(first) + len(others) + len(tail) - len(server.pending)
+    # FATAL_SETTLE (0.3 s) is 15 lines at this pace; a look that waited on the other ranks' tracebacks read them all
+    assert read < len(first) + len(others) / 2, f"the look read {read} lines: {len(first)} of the first traceback, then {read - len(first)}"

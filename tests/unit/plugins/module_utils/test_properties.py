@@ -67,9 +67,9 @@ def bounded(rules: RuleSet) -> tuple[RuleSet, list[int]]:
     seen: list[int] = []
     match = rules.match
 
-    def counting(message: str, level: str, anchors: t.Any = None) -> t.Any:
+    def counting(message: str, level: str, anchors: t.Any = None, location: t.Any = None) -> t.Any:
         seen.append(len(message))
-        return match(message, level, anchors)
+        return match(message, level, anchors, location)
 
     rules.match = counting  # type: ignore[method-assign]
     return rules, seen

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
-from ansible_collections.inferops.runbooks.plugins.module_utils._runbook_report import runbook_report
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report
 
 HOOKS = ["hooks/lb.yml"]
 ROUTER = "http://127.0.0.1:30080"
@@ -17,7 +16,7 @@ DROPIN = "/etc/systemd/system/sglang.service.d/50-inferops-deploy.conf"
 def facts(**changes: Any) -> dict[str, Any]:
     """The prepare phase's facts of a deploy with a router and hooks, as it returns them."""
     base: dict[str, Any] = {
-        "sglang_restart__checked": {
+        "sglang_restart_checked": {
             "options": {
                 "unit": "sglang.service",
                 "port": 30000,
@@ -116,7 +115,7 @@ def test_the_report_of_a_rolled_back_deploy_whose_router_refused_the_worker() ->
 
 def test_a_refused_run_has_no_deploy_section_and_its_failure_is_reported() -> None:
     refused = {
-        "sglang_restart__checked": {"failed": True, "msg": "bad"},
+        "sglang_restart_checked": {"failed": True, "msg": "bad"},
         "sglang_restart_failure": {"stage": "validate", "step": "Validate", "result": {"msg": "bad"}},
     }
     observed = _observed.report_input(refused, {}, _rollout.decide(_observed.rollout_before_restart(refused, False)), {"restored": None}, RUN)
@@ -126,7 +125,7 @@ def test_a_refused_run_has_no_deploy_section_and_its_failure_is_reported() -> No
 
 def test_what_a_rescue_kept_counts_for_its_own_run_only() -> None:
     failed_hook = {"run_id": "run-2", "stage": "drain", "step": "Drain | Run the drain hooks", "result": {"msg": "lb refused"}}
-    prepared = {"failure": None, "ansible_facts": {"sglang_restart_run_id": "run-2", "sglang_restart_failure": None}}
+    prepared = {"sglang_restart_run_id": "run-2", "sglang_restart_failure": None}
     facts = _observed.phase_facts(prepared, failed_hook, {"run_id": "run-2", "step": "Restore | Run the restore hooks", "msg": "x"})
     assert facts["sglang_restart_failure"] == failed_hook and facts["sglang_restart_traffic_failure"]["msg"] == "x"
     # an earlier run of the role in the same play kept these: this run forgets them
@@ -134,5 +133,5 @@ def test_what_a_rescue_kept_counts_for_its_own_run_only() -> None:
     assert earlier["sglang_restart_failure"] is None and earlier["sglang_restart_traffic_failure"] is None
     # the phase's own failure comes first
     own = {"stage": "validate", "step": "Validate", "result": {"msg": "bad"}}
-    assert _observed.phase_facts({**prepared, "failure": own}, failed_hook, None)["sglang_restart_failure"] == own
+    assert _observed.phase_facts({**prepared, "sglang_restart_failure": own}, failed_hook, None)["sglang_restart_failure"] == own
     assert _observed.phase_facts(None, None, None) == {"sglang_restart_failure": None, "sglang_restart_traffic_failure": None}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from ansible import constants as C
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._options import rule_problems
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _once
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import rule_problems
 
 BAD_RULE = [{"id": "mine", "pattern": "broken(", "class": "fatal", "reason": "a test rule"}]
 

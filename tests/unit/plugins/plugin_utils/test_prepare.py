@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.action.prepare import slurp_missing, slurped, without_invocation
-from ansible_collections.inferops.runbooks.plugins.module_utils import _rollout
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as prepare
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout
 
 UNIT = "sglang.service"
 DROPIN = f"/etc/systemd/system/{UNIT}.d/deploy.conf"
@@ -67,8 +67,8 @@ def test_a_run_starts_from_its_own_facts_and_nothing_of_an_earlier_run() -> None
     facts = prepare.run_facts(1700000000.5, "20231114T221320Z-42")
     assert facts["sglang_restart_started_at"] == 1700000000.5 and facts["sglang_restart_run_id"] == "20231114T221320Z-42"
     assert facts["sglang_restart_failure"] is None and facts["sglang_restart_deploy_applied"] is False
-    assert facts["sglang_restart__stage"] == "validate" and facts["sglang_restart_router_worker"] is None
-    assert facts["sglang_restart_deploy_files"] == [] and facts["sglang_restart__restart"] == {} and facts["sglang_restart_verify"] == {}
+    assert facts["sglang_restart_stage"] == "validate" and facts["sglang_restart_router_worker"] is None
+    assert facts["sglang_restart_deploy_files"] == [] and facts["sglang_restart_verify"] == {}
     # nothing is shared between two runs' facts
     facts["sglang_restart_plan"]["pending"] = True
     assert prepare.run_facts(0.0, "x")["sglang_restart_plan"] == {}

@@ -206,7 +206,7 @@ def test_the_bench_prints_the_size_and_time_of_a_run_page() -> None:
 
 def test_the_canary_figures_stand_against_their_baseline() -> None:
     from tests.unit.plugins.module_utils.observations import STARTED, options
-    from tests.unit.plugins.module_utils.test_runbook_report import canary_result
+    from tests.unit.plugins.plugin_utils.test_runbook_report import canary_result
 
     waited = wait_result(ended_at=STARTED + 20.0)  # the wait_ready action notes when the wait ended
     report = restart_report(options=options(canary=True, canary_on_fail="fail"), canary=canary_result(812), wait=waited)

@@ -1,0 +1,282 @@
+"""The phases' run(), whole, as ansible-core tests its reboot action: the real ActionModule of each phase,
+built with a real Task and PlayContext and a stubbed connection, its steps answered from a script
+(``ScriptedSteps``: the answers the collection's modules, commands and the wait gave on real hosts) and
+recorded, so that the order of the steps, the rollback trigger and the failure mapping are tested without
+a host. The phases on real systemd hosts are the integration tests."""
+
+from __future__ import annotations
+
+import typing as t
+from pathlib import Path
+from unittest.mock import MagicMock
+
+import pytest
+from ansible import constants as C
+from ansible.errors import AnsibleActionFail
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+
+from ansible_collections.inferops.runbooks.plugins.action import restart, settle
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed
+from tests.unit.plugins.action.test_restart_phases import options
+
+UNIT = "sglang.service"
+DROPIN = f"/etc/systemd/system/{UNIT}.d/50-inferops-deploy.conf"
+BEFORE = {"ActiveState": "active", "InvocationID": "a" * 32, "MainPID": 0, "LoadState": "loaded"}
+NEW_START = {"verdict": "pass", "reason": "ready", "msg": "ready", "invocation_id": "b" * 32, "elapsed": 12.0}
+CRASHED = {"verdict": "fail", "reason": "fatal_log", "msg": "fatal line: CUDA out of memory", "invocation_id": "b" * 32, "elapsed": 4.0}
+ROLLBACK_START = {**NEW_START, "invocation_id": "c" * 32}
+HOLDER = "run other from ops@bastion, since 2026-12-04 18:00:00 UTC, last heartbeat 2 s ago"
+
+
+class ScriptedSteps:
+    """A phase's steps answered from a script: each module, command and action gives the next answer
+    queued for its name (an empty answer when none is), and every call is kept, in order."""
+
+    def __init__(self, answers: dict[str, list[dict[str, t.Any]]] | None = None) -> None:
+        self.answers = {name: list(found) for name, found in (answers or {}).items()}
+        self.calls: list[tuple[str, dict[str, t.Any]]] = []
+        self.done: list[dict[str, t.Any]] = []
+        self.warnings: list[str] = []
+        self.discovered: dict[str, t.Any] = {}
+
+    def _answer(self, stage: str, step: str, name: str, args: t.Mapping[str, t.Any], may_fail: bool = False) -> dict[str, t.Any]:
+        self.calls.append((name, dict(args)))
+        queued = self.answers.get(name) or []
+        result = dict(queued.pop(0)) if queued else {"changed": False}
+        self.done.append({"step": step, "outcome": "failed" if result.get("failed") else "ok"})
+        if result.get("failed") and not may_fail:
+            raise StepFailed(stage, step, result)
+        return result
+
+    def module(self, stage: str, step: str, name: str, args: t.Mapping[str, t.Any], *, may_fail: bool = False, **_: t.Any) -> dict[str, t.Any]:
+        return self._answer(stage, step, name, args, may_fail)
+
+    def command(self, stage: str, step: str, argv: t.Sequence[str], msg: str = "") -> dict[str, t.Any]:
+        if argv[0] == "sh":
+            name = "sh wait_port_free" if "/proc/net/tcp" in argv[2] else "sh wait_gone"
+        else:
+            name = " ".join(argv[:2]) if argv[0] == "systemctl" else argv[0]
+        return self._answer(stage, step, name, {"argv": list(argv)})
+
+    def run_action(self, name: str, args: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        return self._answer("", name, name, args, may_fail=True)
+
+    def variable(self, name: str, default: t.Any = None) -> t.Any:
+        return default
+
+    def note(self, step: str, result: t.Mapping[str, t.Any], seconds: float) -> None:
+        self.done.append({"step": step})
+
+    def close(self) -> None:
+        pass
+
+    def names(self) -> list[str]:
+        """The calls in order, each by its module, command or action, with a lease or record call's verb or step."""
+        shown = []
+        for name, args in self.calls:
+            short = name.removeprefix("inferops.runbooks.").removeprefix("ansible.builtin.")
+            if short in ("run_lease", "run_record") and (args.get("action") or args.get("step")):
+                short += f":{args.get('action') or args.get('step')}"
+            shown.append(short)
+        return shown
+
+
+def phase(cls: type, args: dict[str, t.Any], steps: ScriptedSteps, check_mode: bool = False) -> t.Any:
+    task = Task()
+    task.args = args
+    task.check_mode = check_mode
+    connection = MagicMock()  # the connection is never used: every step goes through the scripted steps
+    connection._shell.tmpdir = None
+    action = cls(task=task, connection=connection, play_context=PlayContext(), loader=DataLoader(), templar=None, shared_loader_obj=None)
+    action.make_steps = lambda task_vars: steps
+    return action
+
+
+def restart_options(**changes: t.Any) -> dict[str, t.Any]:
+    """The checked options of a restart without a drain, a smoke test or a canary."""
+    return options(load_url="", stop_first=True, canary=False, smoke_test=False, release_timeout=30, drain_timeout=60, router_timeout=10, **changes)
+
+
+def context(**changes: t.Any) -> dict[str, t.Any]:
+    """What the prepare phase returns for a plain restart of an unchanged host that it holds."""
+    base: dict[str, t.Any] = {
+        "sglang_restart_run_id": "20261204T190000Z-1",
+        "sglang_restart_started_at": 1796410800.0,
+        "sglang_restart_failure": None,
+        "sglang_restart_checked": {"options": restart_options(), "node": {"multi_node": False, "rank": 0}},
+        "sglang_restart_before": {"unit": BEFORE},
+        "sglang_restart_deploy_files": [],
+        "sglang_restart_deploy_applied": False,
+        "sglang_restart_plan": {"repairs": [], "pending": False},
+        "sglang_restart_lease": {"holds": True, "outcome": "taken"},
+    }
+    return {**base, **changes}
+
+
+def deployed(**changes: t.Any) -> dict[str, t.Any]:
+    """A deploy of a new drop-in, written before the restart phase."""
+    files = [{"kind": "dropin", "path": DROPIN, "existed": True, "changed": True, "content": "NEW", "previous": "OLD"}]
+    return context(**{"sglang_restart_deploy_files": files, "sglang_restart_deploy_applied": True, **changes})
+
+
+RUN = {"inventory_hostname": "gpu1"}
+
+
+def test_a_plain_restart_stops_starts_waits_and_keeps_the_lease_alive() -> None:
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [NEW_START]})
+    result = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
+    assert steps.names() == [
+        "run_lease:renew",
+        "start_history",
+        "systemctl stop",
+        "unit_leftovers",
+        "sh wait_port_free",
+        "run_lease:renew",
+        "systemctl start",
+        "run_lease:renew",
+        "wait_ready",
+        "start_history",
+    ]
+    wait_args = steps.calls[steps.names().index("wait_ready")][1]
+    assert wait_args["lease_run_id"] == "20261204T190000Z-1" and wait_args["previous_invocation_id"] == "a" * 32
+    assert result["changed"] and result["decision"]["state"] == "restarted" and not result.get("failed")
+    assert result["seen"]["wait"]["verdict"] == "pass" and "failure" not in result["seen"]
+
+
+def test_a_deploy_whose_start_failed_is_rolled_back_and_its_rollback_waited_on() -> None:
+    steps = ScriptedSteps(
+        {
+            "inferops.runbooks.run_lease": [{"held": True}] * 4,
+            "inferops.runbooks.wait_ready": [CRASHED, ROLLBACK_START],
+            "ansible.builtin.command": [{"stdout": "LoadState=loaded\nLoadError=\nInvocationID=" + "b" * 32}],
+        }
+    )
+    result = phase(restart.ActionModule, {"context": deployed(), "peers": {}}, steps).run(task_vars=RUN)
+    names = steps.names()
+    # the new start failed: the lease is renewed, then the previous file is put back before the previous start
+    crashed = names.index("wait_ready")
+    assert names[crashed + 1 :] == [
+        "start_history",
+        "run_lease:renew",
+        "run_record:rollback",
+        "systemctl stop",
+        "copy",
+        "systemd_service",
+        "command",
+        "unit_leftovers",
+        "sh wait_port_free",
+        "run_record:rollback_wait",
+        "systemctl start",
+        "wait_ready",
+        "start_history",
+        "run_record:rolled_back",
+    ]
+    copied = steps.calls[names.index("copy")][1]
+    assert copied == {"src": f"{DROPIN}.previous", "dest": DROPIN, "remote_src": True}
+    assert result["decision"]["state"] == "rolled_back" and result["seen"]["rollback"]["passed"] is True
+
+
+def test_a_gpu_still_held_after_the_stop_fails_the_run_before_the_start() -> None:
+    holder = {"pid": 4242, "name": "VLLM::EngineCor", "used_memory": "71234 MiB", "gpu_uuid": "GPU-5e3b", "gpu_index": 0}
+    leftovers = {"control_group": f"/system.slice/{UNIT}", "left": [], "signals": [], "remaining": [], "gpus": {"checked": True, "holders": [holder]}}
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.unit_leftovers": [{"leftovers": leftovers}]})
+    result = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
+    names = steps.names()
+    assert names[names.index("systemctl stop") + 1] == "unit_leftovers" and "systemctl start" not in names and "wait_ready" not in names
+    failure = result["seen"]["failure"]
+    assert failure["step"] == "Restart | The start needs the unit's processes gone and its GPUs free"
+    assert "4242 (VLLM::EngineCor) holds 71234 MiB on GPU 0 (GPU-5e3b)" in failure["result"]["msg"]
+
+
+def test_after_a_failure_before_the_stop_only_the_change_is_rolled_back() -> None:
+    failed = {"run_id": "20261204T190000Z-1", "stage": "drain", "step": "Drain | Run the drain hooks", "result": {"msg": "lb refused"}}
+    steps = ScriptedSteps(
+        {"inferops.runbooks.run_lease": [{"held": True}], "ansible.builtin.command": [{"stdout": "LoadState=loaded\nInvocationID=" + "a" * 32}]}
+    )
+    result = phase(restart.ActionModule, {"context": deployed(), "failure": failed, "peers": {}}, steps).run(task_vars=RUN)
+    names = steps.names()
+    assert "systemctl start" not in names and "systemctl stop" not in names and "wait_ready" not in names
+    assert names[:3] == ["run_lease:renew", "run_record:rollback", "copy"] and names[-1] == "run_record:rolled_back"
+    assert result["seen"]["rollback"]["files_restored"] and result["seen"]["rollback"]["started_at"] is None
+    assert result["decision"]["state"] == "not_restarted"
+
+
+def test_check_mode_touches_nothing() -> None:
+    steps = ScriptedSteps()
+    result = phase(restart.ActionModule, {"context": deployed(), "peers": {}}, steps, check_mode=True).run(task_vars=RUN)
+    assert steps.calls == [] and result["msg"] == "check mode: nothing stopped or started" and not result["changed"]
+
+
+def test_a_node_whose_peer_lags_stops_before_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path))
+    node = {"multi_node": True, "deployment": "dsr1", "rank": 0, "hosts": ["gpu1", "gpu2"], "peers": {"gpu2": 1}}
+    checked = {"options": restart_options(), "node": node}
+    peers = {"gpu1": {"run_id": "20261204T190000Z-1", "reached_preflight": True}, "gpu2": {"run_id": "20261204T190001Z-2", "reached_preflight": False}}
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}]})
+    result = phase(restart.ActionModule, {"context": context(sglang_restart_checked=checked), "peers": peers}, steps).run(task_vars=RUN)
+    assert steps.names() == ["run_lease:renew"]
+    failure = result["seen"]["failure"]
+    assert failure["stage"] == "deployment" and "gpu2 did not get through the preflight step" in failure["result"]["msg"]
+    assert "systemctl stop" not in steps.names()
+
+
+def test_a_host_held_by_another_run_is_left_alone() -> None:
+    held = {"stage": "lease", "step": "Lease | Take the host's lease before anything changes", "result": {"reason": "host_held", "msg": f"held by {HOLDER}"}}
+    refused = deployed(sglang_restart_failure=held, sglang_restart_deploy_applied=False, sglang_restart_lease={"holds": False})
+    steps = ScriptedSteps()
+    result = phase(restart.ActionModule, {"context": refused, "peers": {}}, steps).run(task_vars=RUN)
+    assert steps.calls == [] and result["decision"]["state"] == "held_elsewhere" and not result["changed"]
+    settled = ScriptedSteps()
+    report = phase(settle.ActionModule, {"context": refused, "restarted": result}, settled).run(task_vars=RUN)
+    assert settled.calls == [], "no router, no run record, no lease release"
+    assert report["report"]["verdict"] == "fail" and report["report"]["reason"] == "host_held" and HOLDER in report["report"]["msg"]
+
+
+def test_a_run_whose_lease_was_taken_over_during_its_wait_does_not_roll_back() -> None:
+    lost = {**CRASHED, "reason": "lease_lost", "msg": f"changed by someone else during this run: the host's lease is now held by {HOLDER}"}
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [lost]})
+    result = phase(restart.ActionModule, {"context": deployed(), "peers": {}}, steps).run(task_vars=RUN)
+    assert "run_record:rollback" not in steps.names() and "copy" not in steps.names()
+    assert result["decision"]["state"] == "changed_elsewhere"
+    settled = ScriptedSteps()
+    report = phase(settle.ActionModule, {"context": deployed(), "restarted": result}, settled).run(task_vars=RUN)
+    assert settled.calls == []
+    assert report["report"]["reason"] == "lease_lost" and report["report"]["msg"].startswith("changed by someone else during this run")
+
+
+def test_settle_of_a_passed_restart_reads_the_host_and_releases_the_lease() -> None:
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [NEW_START]})
+    restarted = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
+    settled = ScriptedSteps(
+        {
+            "inferops.runbooks.run_lease": [{"held": True}, {"released": True}],
+            "inferops.runbooks.unit_info": [{"unit": {"ActiveState": "active", "InvocationID": "b" * 32}}],
+        }
+    )
+    result = phase(settle.ActionModule, {"context": context(), "restarted": restarted}, settled).run(task_vars=RUN)
+    assert settled.names() == ["run_lease:renew", "unit_info", "run_lease:release"]
+    assert result["report"]["verdict"] == "pass" and result["decision"]["state"] == "restarted"
+
+
+def test_settle_says_when_someone_else_restarted_the_host_during_the_run() -> None:
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [NEW_START]})
+    restarted = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
+    settled = ScriptedSteps(
+        {
+            "inferops.runbooks.run_lease": [{"held": True}, {"released": True}],
+            "inferops.runbooks.unit_info": [{"unit": {"ActiveState": "active", "InvocationID": "d" * 32}}],
+        }
+    )
+    result = phase(settle.ActionModule, {"context": context(), "restarted": restarted}, settled).run(task_vars=RUN)
+    report = result["report"]
+    assert report["verdict"] == "fail" and report["reason"] == "changed_elsewhere", report
+    assert f"the unit runs invocation {'d' * 32}, not {'b' * 32}" in report["msg"]
+
+
+def test_a_phase_refuses_an_argument_it_does_not_declare() -> None:
+    steps = ScriptedSteps()
+    with pytest.raises(AnsibleActionFail, match="contxt"):
+        phase(restart.ActionModule, {"context": context(), "contxt": {}}, steps).run(task_vars=RUN)
+    assert steps.calls == []
