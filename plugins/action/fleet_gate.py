@@ -165,7 +165,7 @@ class ActionModule(ActionBase):
         need = needed(share, len(deployments)) if share else 0
         leaving = self._batch(deployments)
         if need <= 0:
-            return {"changed": False, "skipped": True, "msg": "no serving floor (sglang_min_serving is 0)"}
+            return {"changed": False, "msg": "no serving floor (sglang_min_serving is 0)"}
         others = [name for name in deployments if name not in leaving]
         deadline = time.monotonic() + float(fleet.get("capacity_timeout") or 0)
         started = time.monotonic()
@@ -190,7 +190,7 @@ class ActionModule(ActionBase):
         report = plain(self.task_vars.get("sglang_restart_report") or {})
         # (a multi-node deployment's report is its nodes': not baked yet)
         if pause <= 0 or self._play_context.check_mode or report.get("verdict") != "pass" or report.get("node_reports"):
-            return {"changed": False, "skipped": True, "verdict": "skipped", "msg": "no bake"}
+            return {"changed": False, "verdict": "skipped", "msg": "no bake"}
         host = str(self.task_vars.get("inventory_hostname"))
         options = self._options_of(host, BAKE_OPTIONS)
         judged = str(report.get("invocation_id") or "") or None
