@@ -34,6 +34,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs im
 )
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import COMMA_TEXT, ROLE_SPECS, YAML_TEXT
 
 DEFAULT_SMOKE_URL = "http://127.0.0.1:30000/v1/completions"
 
@@ -192,122 +193,17 @@ def _number(value: t.Any) -> float:
 
 
 # -- the roles' variables -------------------------------------------------------------------------
-# A role's variable is <role>_<option>. Where the wait or the probe takes the same option, the role
-# takes its declaration (type and default), so a role and the plugin it calls agree. Each role's
-# meta/argument_specs.yml documents the same options (tests/unit keeps the two equal).
+# A role's variable is <role>_<option>. The options are written once, in specs/options.yml;
+# scripts/options.py (make options) writes from it the roles' meta/argument_specs.yml and
+# defaults/main.yml, the AWX surveys, and _role_options (the declarations checked here). tests/unit
+# holds the options the wait or the probe also take to their declaration in module_utils/_option_specs.
 
-ROLE_ONLY_OPTIONS: Spec = {
-    "port": {"type": "int", "default": 30000},
-    "stop_first": {"type": "bool", "default": True},
-    "release_timeout": {"type": "int", "default": 120},
-    "api_key": {"type": "str", "default": "", "no_log": True},
-    # None: on for the engines whose health endpoint does not generate (their driver's smoke_by_default)
-    "smoke_test": {"type": "bool", "default": None},
-    "smoke_url": {"type": "str", "default": DEFAULT_SMOKE_URL},
-    # "": the first model the server lists at /v1/models (the smoke test asks it first)
-    "smoke_model": {"type": "str", "default": ""},
-    "smoke_timeout": {"type": "int", "default": 60},
-    "report_dir": {"type": "str", "default": ""},
-    # how the precheck reads the journal (service_probe's journal_grep and journal_state)
-    "journal_grep": {"type": "bool", "default": True},
-    "incremental": {"type": "bool", "default": True},
-    "allow_remote_health": {"type": "bool", "default": False},
-    "allow_remote_smoke": {"type": "bool", "default": False},
-    # deploying a change, rolling it back, draining traffic (module_utils/_deploy checks the values)
-    "dropin_name": {"type": "str", "default": "50-inferops-deploy.conf"},
-    "dropin_content": {"type": "str", "default": ""},
-    "dropin_template": {"type": "str", "default": ""},
-    "env_file": {"type": "str", "default": ""},
-    "env_content": {"type": "str", "default": ""},
-    "env_template": {"type": "str", "default": ""},
-    "force_restart": {"type": "bool", "default": False},
-    "verify_unit": {"type": "bool", "default": True},
-    "rollback": {"type": "bool", "default": True},
-    "router_url": {"type": "str", "default": ""},
-    "router_api_key": {"type": "str", "default": "", "no_log": True},
-    "worker_url": {"type": "str", "default": ""},
-    "router_timeout": {"type": "int", "default": 60},
-    "load_url": {"type": "str", "default": "http://127.0.0.1:30000/v1/loads"},
-    "drain_timeout": {"type": "int", "default": 300},
-    # what the drain does when it cannot read the load (module_utils/_load): wait until its timeout, or go on
-    "drain_unknown_load": {"type": "str", "default": "wait", "choices": ["wait", "proceed"]},
-    "drain_hooks": {"type": "list", "elements": "str", "default": []},
-    "restore_hooks": {"type": "list", "elements": "str", "default": []},
-    # the host's lease (module_utils/_lease): how long a second run waits for it, and when a holder's heartbeat is too old to be alive
-    "lock_wait": {"type": "int", "default": 0},
-    "lock_stale": {"type": "int", "default": 600},
-    # the start history on the host (module_utils/_history): learned stall limits, ETA, slow phases, new lines
-    "history": {"type": "bool", "default": True},
-    "history_size": {"type": "int", "default": 20},
-    "history_min_good": {"type": "int", "default": 3},
-    "history_stall_factor": {"type": "float", "default": 1.5},
-    "history_stall_floor": {"type": "float", "default": 60},
-    "history_slow_ratio": {"type": "float", "default": 2},
-    # the end-of-play summary names a host whose start took this many times its peers' (same configuration)
-    "history_fleet_ratio": {"type": "float", "default": 2},
-    "fail_on_new": {"type": "bool", "default": False},
-    # how many lines about one request each (request_error) the invocation may hold; none: no limit
-    "request_error_limit": {"type": "int", "default": None},
-    # the performance canary after the gates (module_utils/_canary); its URL is the health URL's server
-    "canary": {"type": "bool", "default": False},
-    "canary_requests": {"type": "int", "default": 16},
-    "canary_concurrency": {"type": "int", "default": 4},
-    "canary_prompt_tokens": {"type": "int", "default": 512},
-    "canary_max_tokens": {"type": "int", "default": 128},
-    "canary_thresholds": {"type": "dict", "default": {}},
-    "canary_floors": {"type": "dict", "default": {}},
-    "canary_on_fail": {"type": "str", "default": "fail", "choices": ["fail", "warn"]},
-    # what the precheck's verdict is for a vLLM asleep (its sleep mode): pass with reason sleeping, or fail
-    "sleeping": {"type": "str", "default": "pass", "choices": ["pass", "fail"]},
-}
-HISTORY_OPTIONS = (
-    *("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "history_fleet_ratio"),
-    "fail_on_new",
-)
-CANARY_OPTIONS = (
-    *("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens"),
-    *("canary_thresholds", "canary_floors", "canary_on_fail"),
-)
 DEPLOY_OPTIONS = (
     *("dropin_name", "dropin_content", "dropin_template", "env_file", "env_content", "env_template"),
     *("force_restart", "verify_unit", "rollback"),
     *("router_url", "router_api_key", "worker_url", "router_timeout", "load_url", "drain_timeout", "drain_hooks", "restore_hooks"),
 )
-
-_EVERY_OPTION = merged(UNIT_OPTIONS, HEALTH_OPTIONS, CLASSIFIER_OPTIONS, WAIT_OPTIONS, ROLE_ONLY_OPTIONS)
-
-
-def _pick(*names: str) -> Spec:
-    return {name: dict(_EVERY_OPTION[name]) for name in names}
-
-
-_CLASSIFIED_LOOK = ("unit", "engine", "health_url", "health_timeout", "extra_rules", "disabled_rules", "strict")
-ROLE_SPECS: dict[str, Spec] = {
-    "sglang_restart": _pick(
-        *_CLASSIFIED_LOOK,
-        *("port", "stop_first", "release_timeout"),
-        *("budget", "stall_limit", "stall_limits", "health_successes", "soak", "poll_interval", "heartbeat"),
-        *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
-        *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact"),
-        *DEPLOY_OPTIONS,
-        "drain_unknown_load",
-        *("lock_wait", "lock_stale"),
-        *HISTORY_OPTIONS,
-        *CANARY_OPTIONS,
-    ),
-    "sglang_precheck": _pick(
-        *_CLASSIFIED_LOOK,
-        *("api_key", "smoke_test", "smoke_url", "smoke_model", "smoke_timeout"),
-        *("report_dir", "allow_remote_health", "allow_remote_smoke", "redact", "journal_grep", "incremental"),
-        *("history", "history_size", "history_min_good", "history_slow_ratio", "fail_on_new", "request_error_limit"),
-        *CANARY_OPTIONS,
-        "sleeping",
-    ),
-}
-
-# AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
-YAML_TEXT = ("extra_rules", "stall_limits", "canary_thresholds", "canary_floors")
-COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks", "redact")
+# AWX surveys send text: these options may also be given as YAML text, or as comma-separated text (YAML_TEXT, COMMA_TEXT).
 PORTS = (1, 65535)
 # URLs that must point at the target itself: (option, the option that allows another host, why not)
 TARGET_URLS = (
