@@ -9,15 +9,21 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-test needs the collection under ansible_collections/<namespace>/<name>/
 SANITY_ROOT := $(CURDIR)/.build/ansible_collections/inferops/runbooks
 
-.PHONY: setup test lint alert-rules sanity unit integration demo bench build clean
+.PHONY: setup options test lint alert-rules sanity unit integration demo bench build clean
 .PHONY: versions-venvs gateway-venv integration-dev molecule
 
 setup:
 	@scripts/setup.sh
 
+# the roles' argument_specs and defaults, the AWX surveys and plugin_utils/_role_options, written from
+# specs/options.yml (each option is written there once)
+options: setup
+	$(PYTHON) scripts/options.py
+
 test: setup lint alert-rules sanity unit integration
 
 lint: setup
+	$(PYTHON) scripts/options.py --check
 	$(BIN)/ruff check plugins tests bench extensions scripts
 	$(BIN)/ruff format --check plugins tests bench extensions scripts
 	$(BIN)/mypy -p ansible_collections.inferops.runbooks.plugins

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write the roles' option files from specs/options.yml, where each option is written once.
@@ -326,6 +325,7 @@ def main(argv: t.Sequence[str] | None = None, root: Path = REPO) -> int:
             print(f"options: {path} is stale: run make options", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(files[path], encoding="utf-8")
         print(f"options: wrote {path}")
     return 0
