@@ -286,8 +286,15 @@ def _python(value: t.Any) -> str:
     return json.dumps(value)
 
 
+class _IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as yamllint (ansible-lint) wants them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
 def _yaml_document(data: t.Any) -> str:
-    return "---\n" + str(yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True))
+    return "---\n" + str(yaml.dump(data, Dumper=_IndentedDumper, sort_keys=False, width=110, allow_unicode=True))
 
 
 def rendered(spec: Spec) -> dict[Path, str]:
