@@ -32,18 +32,18 @@ class SpecError(Exception):
     """A mistake in the spec, named with its file and the option."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no type hints here
     """A YAML loader that refuses a key written twice in one mapping (safe_load keeps the last silently)."""
 
 
 def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[t.Any, t.Any]:
     seen: set[t.Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node)
         if key in seen:
             raise SpecError(f"{key!r} is written twice (line {key_node.start_mark.line + 1})")
         seen.add(key)
-    return loader.construct_mapping(node)
+    return dict(loader.construct_mapping(node))
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
@@ -286,7 +286,7 @@ def _python(value: t.Any) -> str:
     return json.dumps(value)
 
 
-class _IndentedDumper(yaml.SafeDumper):
+class _IndentedDumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML has no type hints here
     """Lists indented under their key, as yamllint (ansible-lint) wants them."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
