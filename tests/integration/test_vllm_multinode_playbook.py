@@ -120,7 +120,9 @@ def test_a_headless_node_that_crashes_fails_the_deployment_whole_with_its_eviden
     out = run.output
     assert run.returncode != 0, run
     assert f"deployment dp (2 nodes: sim1, sim2) {UNIT}: FAIL (fatal_log)" in out
-    assert "root cause: sim2 (node 1), fatal_log" in out and "EngineCore failed to start" in out
+    # the headless node's own evidence (its worker's, then its engine core's line), node 0's consequence after it
+    assert "root cause: sim2 (node 1), fatal_log" in out and "WorkerProc failed to start." in out
+    assert "health not probed (headless, no HTTP)" in out
 
     report = json.loads((reports / "dp.json").read_text())
     root = report["root_cause"]
@@ -128,6 +130,10 @@ def test_a_headless_node_that_crashes_fails_the_deployment_whole_with_its_eviden
     nodes = {node["host"]: node for node in report["nodes"]}
     assert nodes["sim1"]["verdict"] == "fail" and nodes["sim1"]["reason"] in ("peer_failed", "fatal_log")
     assert nodes["sim1"]["reason"] == "fatal_log" or "sim2 (node 1 of dp) failed (fatal_log)" in nodes["sim1"]["msg"]
+    consequence = nodes["sim1"]["first_fatal"]
+    assert consequence and "EngineCore encountered a fatal error." in consequence["message"], nodes["sim1"]
+    assert nodes["sim1"]["after_root_cause"] > 0
+    assert "EngineCore failed to start." in json.dumps(report["node_reports"][1]["fatal"])
     failure = ET.parse(reports / "dp.junit.xml").getroot().find("./testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "fatal_log" and "sim2 (node 1)" in (failure.get("message") or "")
     # fast: every node's wait ended within seconds of node 1's fatal line
