@@ -16,11 +16,18 @@ from tests.harness.clients import ClientLoop, lowest_serving, out_around, out_sp
 from tests.harness.fleet import Fleet
 from tests.harness.gateway import Gateway, behind_gateway
 from tests.integration.conftest import RunPlaybook, flat
-from tests.integration.test_deploy_playbook import ADMIN_KEY, NEW_MODEL, OLD_MODEL, report, served_model, start_with
-from tests.integration.test_fleet_rollout import PLAYBOOK, QUICK, deploy_on
+from tests.integration.test_deploy_playbook import ADMIN_KEY, DROPIN, OLD_MODEL, invocation, read_file, report, start_with
+from tests.integration.test_fleet_rollout import PLAYBOOK, QUICK
 
 FLOOR = 2
 RAMP = [1, 1, 2]  # the canary alone, then one, then the last two together
+# the deploy keeps the model (a client asking for a model no longer served fails whatever the
+# drain): a new setting everywhere, and a scenario on one host
+DEPLOYED = f"Environment=SIM_MODEL={OLD_MODEL} INFEROPS_DEPLOY=2"
+
+
+def deploy_on(host: str, scenario: str) -> str:
+    return "[Service]\n" + DEPLOYED + "{% if inventory_hostname == '" + host + "' %} " + scenario + "{% endif %}\n"
 
 
 @pytest.fixture
@@ -40,11 +47,14 @@ def passed_at(directory: Path, host: str) -> float:
     return float(json.loads((directory / f"{host}.json").read_text())["ended_at"])
 
 
-def roll_out(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path: Path, scenario: str = "", tolerance: int = 0) -> tuple[ClientLoop, dict[str, str], str, int]:
-    """The deploy rolled out while the clients send; (the loop, worker URLs, output, return code)."""
-    start_with(fleet, four)
+Rollout = tuple[ClientLoop, dict[str, str], str, int]
+
+
+def roll_out(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path: Path, scenario: str = "") -> Rollout:
+    """The deploy rolled out while the clients send, with ``scenario`` on the second host (the
+    second batch); (the loop, worker URLs, output, return code)."""
     template = tmp_path / "deploy.conf.j2"
-    template.write_text(deploy_on(four[-1], scenario))
+    template.write_text(deploy_on(four[1], scenario))
     with Gateway(admin_key=ADMIN_KEY) as gateway:
         urls = behind_gateway(gateway, fleet, four)
         extra = {
@@ -56,7 +66,6 @@ def roll_out(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path:
             "sglang_batch_size": RAMP,
             "sglang_min_serving": FLOOR,
             "sglang_capacity_timeout": 60,
-            "sglang_max_fail_percentage": tolerance,
         }
         with ClientLoop(gateway.url, gateway.workers, model=OLD_MODEL) as clients:
             run = run_playbook(PLAYBOOK, extra_vars=extra, limit=",".join(four))
@@ -64,12 +73,13 @@ def roll_out(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path:
 
 
 def test_clients_see_no_failed_request_through_a_ramp_with_a_deploy(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    start_with(fleet, four)
     clients, urls, out, returncode = roll_out(fleet, four, run_playbook, tmp_path)
     assert returncode == 0, out[-3000:]
     assert clients.tally.sent > 0 and clients.tally.failed == 0, (clients.summary(), clients.tally.errors)
     assert lowest_serving(clients.samples) >= FLOOR, clients.samples
     for host in four:
-        assert served_model(fleet, host) == NEW_MODEL
+        assert DEPLOYED in (read_file(fleet, host, DROPIN) or "")
         stopped, passed = unix_time(fleet, host, "ExecMainStartTimestamp"), passed_at(tmp_path / "reports", host)
         # out of the gateway before its stop (the new start follows it) until after its start passed
         assert out_around(clients.samples, urls[host], stopped - 0.5, passed), (host, stopped, passed, out_spans(clients.samples, urls[host]))
@@ -80,13 +90,15 @@ def test_clients_see_no_failed_request_through_a_ramp_with_a_deploy(fleet: Fleet
 
 
 def test_a_crashing_start_is_rolled_back_and_clients_still_see_no_failure(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
-    """The last host's new start crashes: rolled back, the run stops at its tolerance (0%), and no
-    client request failed."""
-    clients, urls, out, returncode = roll_out(fleet, four, run_playbook, tmp_path, scenario="SIM_SCENARIO=crash SIM_PHASE=loading_weights")
-    crashing = four[-1]
+    """The second host's new start crashes: rolled back, the run stops at its tolerance (0%) before
+    the last batch, and no client request failed."""
+    before = start_with(fleet, four)
+    clients, _urls, out, returncode = roll_out(fleet, four, run_playbook, tmp_path, scenario="SIM_SCENARIO=crash SIM_PHASE=loading_weights")
+    crashing = four[1]
     assert returncode != 0, out[-3000:]
     assert report(tmp_path / "reports", crashing)["state"] == "rolled_back"
-    assert served_model(fleet, crashing) == OLD_MODEL
-    assert f"more than sglang_max_fail_percentage 0%: the run stops here" in out, out[-3000:]
+    assert DEPLOYED not in (read_file(fleet, crashing, DROPIN) or "")
+    assert f"1 of 4 deployment(s) failed (25%: {crashing}), more than sglang_max_fail_percentage 0%: the run stops here" in out, out[-3000:]
+    assert all(invocation(fleet, host) == before[host] for host in four[2:]), "the last batch untouched"
     assert clients.tally.sent > 0 and clients.tally.failed == 0, (clients.summary(), clients.tally.errors)
     assert lowest_serving(clients.samples) >= FLOOR, clients.samples
