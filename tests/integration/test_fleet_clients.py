@@ -98,7 +98,9 @@ def test_a_crashing_start_is_rolled_back_and_clients_still_see_no_failure(fleet:
     assert returncode != 0, out[-3000:]
     assert report(tmp_path / "reports", crashing)["state"] == "rolled_back"
     assert DEPLOYED not in (read_file(fleet, crashing, DROPIN) or "")
-    assert f"1 of 4 deployment(s) failed (25%: {crashing}), more than sglang_max_fail_percentage 0%: the run stops here" in out, out[-3000:]
+    # at the default tolerance (0%) the failed host ends the run: the last batch never begins
+    recap = out[out.rindex("PLAY RECAP") :]
+    assert f"{crashing} : ok=" in recap and "failed=1" in recap and four[2] not in recap and four[3] not in recap, recap
     assert all(invocation(fleet, host) == before[host] for host in four[2:]), "the last batch untouched"
     assert clients.tally.sent > 0 and clients.tally.failed == 0, (clients.summary(), clients.tally.errors)
     assert lowest_serving(clients.samples) >= FLOOR, clients.samples
