@@ -115,6 +115,7 @@ FLOORS: dict[str, Floor] = {
     "canary_concurrency": Floor(1, True, "a whole number"),
     "canary_prompt_tokens": Floor(1, True, "a whole number"),
     "canary_max_tokens": Floor(1, True, "a whole number"),
+    "alertmanager_margin": Floor(1, True, "a number"),
 }
 
 
@@ -259,11 +260,18 @@ ROLE_ONLY_OPTIONS: Spec = {
     "canary_on_fail": {"type": "str", "default": "fail", "choices": ["fail", "warn"]},
     # what the precheck's verdict is for a vLLM asleep (its sleep mode): pass with reason sleeping, or fail
     "sleeping": {"type": "str", "default": "pass", "choices": ["pass", "fail"]},
+    # a planned restart's Alertmanager silence (plugin_utils/_alertmanager): "" silences nothing
+    "alertmanager_url": {"type": "str", "default": ""},
+    "alertmanager_api_key": {"type": "str", "default": "", "no_log": True},
+    "alertmanager_headers": {"type": "dict", "default": {}, "no_log": True},
+    # the silence lasts the start history's ETA times this (bounded by the budget)
+    "alertmanager_margin": {"type": "float", "default": 1.5},
 }
 HISTORY_OPTIONS = (
     *("history", "history_size", "history_min_good", "history_stall_factor", "history_stall_floor", "history_slow_ratio", "history_fleet_ratio"),
     "fail_on_new",
 )
+ALERTMANAGER_OPTIONS = ("alertmanager_url", "alertmanager_api_key", "alertmanager_headers", "alertmanager_margin")
 CANARY_OPTIONS = (
     *("canary", "canary_requests", "canary_concurrency", "canary_prompt_tokens", "canary_max_tokens"),
     *("canary_thresholds", "canary_floors", "canary_on_fail"),
@@ -294,6 +302,7 @@ ROLE_SPECS: dict[str, Spec] = {
         *("lock_wait", "lock_stale"),
         *HISTORY_OPTIONS,
         *CANARY_OPTIONS,
+        *ALERTMANAGER_OPTIONS,
     ),
     "sglang_precheck": _pick(
         *_CLASSIFIED_LOOK,
@@ -306,7 +315,7 @@ ROLE_SPECS: dict[str, Spec] = {
 }
 
 # AWX surveys send text: these options may also be given as YAML text, or as comma-separated text.
-YAML_TEXT = ("extra_rules", "stall_limits", "canary_thresholds", "canary_floors")
+YAML_TEXT = ("extra_rules", "stall_limits", "canary_thresholds", "canary_floors", "alertmanager_headers")
 COMMA_TEXT = ("disabled_rules", "drain_hooks", "restore_hooks", "redact")
 PORTS = (1, 65535)
 # URLs that must point at the target itself: (option, the option that allows another host, why not)
@@ -361,6 +370,7 @@ def check_role_values(
     problems.extend(stall_limit_problems(values.get("stall_limits"), prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))
     problems.extend(canary_problems(values, prefix))
+    problems.extend(alertmanager_problems(values, prefix))
     if role == "sglang_restart":
         problems.extend(deploy_option_problems({name: values[name] for name in DEPLOY_OPTIONS if name in values}, base_dir))
     rules = []
@@ -394,6 +404,26 @@ def canary_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str
                 f"{prefix}canary loads the server of {prefix}health_url, which must then be on loopback (127.0.0.1, ::1, localhost),"
                 f" got {_shown(values['health_url'])}"
             )
+    return problems
+
+
+def alertmanager_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    """The Alertmanager a planned restart silences its host in: an http(s) URL with a host, headers that
+    map names to text, and no key or headers without a URL. A header's value is never shown."""
+    url = values.get("alertmanager_url") or ""
+    headers = values.get("alertmanager_headers") or {}
+    problems = []
+    if isinstance(url, str) and url:
+        problem = url_problem(url.strip())
+        if problem:
+            problems.append(f"{prefix}alertmanager_url {problem}")
+    if isinstance(headers, t.Mapping):
+        bad = [str(name) for name, value in headers.items() if not isinstance(name, str) or not name or not isinstance(value, str)]
+        if bad:
+            problems.append(f"{prefix}alertmanager_headers must map header names to text values (the value of {bad[0]!r} is not text)")
+    for secret in ("alertmanager_api_key", "alertmanager_headers"):
+        if values.get(secret) and not url:
+            problems.append(f"{prefix}{secret} is set but {prefix}alertmanager_url is empty: no Alertmanager would be called")
     return problems
 
 
