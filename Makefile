@@ -84,6 +84,7 @@ bench: setup
 	$(PYTHON) bench/precheck_journal.py
 	$(PYTHON) bench/rollout_page.py
 	$(PYTHON) bench/fail_fast.py --repeats 3
+	$(PYTHON) bench/clients.py
 
 demo: setup gateway-venv
 	$(PYTHON) -m tests.harness.demo

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import getpass
 import random
+import socket
 import time
 import typing as t
 
@@ -24,13 +26,15 @@ from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout, _silences
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as decide
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import expire_silence, silence_host
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease, holder
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError, registration
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction, advance_record
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import history_args
 
 ROLE = "sglang_restart"
 CHECK_STEP = "Validate | Check every variable and every rule on the controller"
@@ -76,6 +80,9 @@ class ActionModule(PhaseAction):
         self.changed = False
         refused = False
         self.drain_hooks_due = False
+        self.earlier_record: dict[str, t.Any] | None = None
+        self.facts["sglang_restart_silence"] = None
+        self.facts["sglang_restart_silence_warnings"] = []
         try:
             self._validate()
             self._prepare()
@@ -98,6 +105,7 @@ class ActionModule(PhaseAction):
             # a host that cannot be reached is out of the play, as it would be for any task
             **({"unreachable": True} if failure and failure["result"].get("unreachable") else {}),
             "msg": f"{failure['step']}: {failure['result'].get('msg', 'failed')}" if failure else "prepared",
+            **({"warnings": list(self.facts["sglang_restart_silence_warnings"])} if self.facts["sglang_restart_silence_warnings"] else {}),
             **({"diff": self.diffs} if self.diffs else {}),
         }
 
@@ -126,7 +134,10 @@ class ActionModule(PhaseAction):
         self.facts.update(decide.takeover(plan))
         if decide.changed(compared):
             self._deploy(compared, plan)
-        if not self._task.check_mode and not plan.get("inflight") and decide.restart_needed(self.options, before, compared, plan):
+        restart = not plan.get("inflight") and decide.restart_needed(self.options, before, compared, plan)
+        if not self._task.check_mode:
+            self._silence(restart)
+        if not self._task.check_mode and restart:
             self._take_out(plan)
         if self._task.check_mode:
             scene = decide.Scene(self.host, self.options, before, compared, plan, bool(self.node.get("multi_node")), self._worker_url())
@@ -195,6 +206,7 @@ class ActionModule(PhaseAction):
         self.facts["sglang_restart_record"] = without_invocation(read)
         requested = [{"path": entry["path"], "new_sha256": _rollout.content_sha256(entry["content"])} for entry in files]
         record = plain(read)
+        self.earlier_record = record.get("record") if isinstance(record.get("record"), dict) else None
         plan = _rollout.reconcile(record.get("record"), record.get("problem"), record.get("host_files") or {}, before, requested)
         taken_over = self.facts["sglang_restart_lease"].get("taken_over")
         if taken_over:
@@ -306,6 +318,57 @@ class ActionModule(PhaseAction):
             self._stage("verify")
             lines = decide.verify_lines(shown_lines, [str(line) for line in verify.get("stderr_lines") or []])
             self._refuse("Deploy | Refuse the change", decide.broken_message(unit, self.host, lines))
+
+    def _silence(self, restart: bool) -> None:
+        """The silence an interrupted run left in the run record expired; then, before the host leaves the
+        router and anything stops, its alerts silenced for the restart, and the silence noted in the run
+        record (the next run finds it there). Alertmanager not answering is a warning, never a failure."""
+        warnings = self.facts["sglang_restart_silence_warnings"]
+        run_id = self.facts["sglang_restart_run_id"]
+        earlier = _silences.left_by_earlier_run(self.earlier_record, run_id)
+        wanted = _silences.wanted(self.options, bool(self._task.check_mode), restart)
+        if not earlier and not wanted:
+            return
+        self._stage("silence")
+        api_key = str(self.steps.variable("sglang_restart_alertmanager_api_key", "") or "")
+        headers = self.options.get("alertmanager_headers") or {}
+        if earlier:
+            url = str(earlier.get("url") or self.options.get("alertmanager_url") or "")
+            alertmanager, problem = _silences.client(self.options, api_key, headers, url)
+            if alertmanager is not None:
+                problem = expire_silence(alertmanager, str(earlier["id"]), self.host)
+            if problem:
+                warnings.append(problem)
+            else:
+                self._say([f"expired the silence {earlier['id']} an earlier run ({(self.earlier_record or {}).get('run_id')}) left"])
+        if not wanted:
+            self.facts["sglang_restart_record"] = self._record("Silence | Note in the run record that no silence is left", "silence", {"silence": None})
+            return
+        seconds, why = _silences.seconds(self.options, self._good_starts())
+        alertmanager, problem = _silences.client(self.options, api_key, headers)
+        silence_id = None
+        if alertmanager is not None:
+            controller = str(self.task_vars.get("inferops_controller") or socket.gethostname())
+            comment = _silences.comment(run_id, self.host, controller, getpass.getuser(), why)
+            started = time.monotonic()
+            silence_id, problem = silence_host(alertmanager, self.host, seconds, run_id, comment=comment)
+            self.steps.note("Silence | Silence the host's alerts in Alertmanager for the restart", {}, time.monotonic() - started)
+        if problem:
+            warnings.append(problem)
+        silence = _silences.noted(silence_id, alertmanager.url, self.host, time.time() + seconds) if silence_id and alertmanager else None
+        self.facts["sglang_restart_silence"] = silence
+        self.facts["sglang_restart_record"] = self._record("Silence | Note the silence in the run record", "silence", {"silence": silence})
+        if silence:
+            self._say([f"alerts silenced in Alertmanager (silence {silence_id}, {why})"])
+
+    def _good_starts(self) -> list[dict[str, t.Any]]:
+        """The host's good starts, for the silence's length (none when the history is off or unreadable)."""
+        if not self.options.get("history"):
+            return []
+        read = self._module(
+            "Silence | Read this host's start history of the unit", "inferops.runbooks.start_history", history_args(self.options), may_fail=True
+        )
+        return [dict(start) for start in read.get("good_starts") or [] if isinstance(start, t.Mapping)]
 
     def _take_out(self, plan: t.Mapping[str, t.Any]) -> None:
         """Before anything stops, the host leaves the rotation: noted in the run record first (a run

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout, _silences
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import expire_silence
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
@@ -37,6 +38,7 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
 ROLE = "sglang_restart"
 PUT_BACK = "Settle | Add this worker to the router again"
 LAST_WORD = "Settle | Read the host at the end of the run"
+EXPIRE = "Settle | Expire the host's silence in Alertmanager"
 # the states in which the run ends with the host serving what it judged
 SERVING_STATES = ("restarted", "new_configuration", "unchanged", "rolled_back")
 
@@ -91,6 +93,7 @@ def role_state(args: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], ch
         "removed": _observed.flag(facts.get("sglang_restart_traffic_removed")),
         "holds_lease": bool(_observed.mapping(facts.get("sglang_restart_lease")).get("holds")),
         "hook_failure": facts["sglang_restart_traffic_failure"],
+        "silence_warnings": [str(warning) for warning in facts.get("sglang_restart_silence_warnings") or []],
         "run": {
             "host": str(task_vars.get("inventory_hostname", "")),
             "unit": str(args["unit"] or ""),
@@ -143,8 +146,9 @@ class ActionModule(PhaseAction):
             elif decision["restore_wanted"]:
                 restored = False
             decision = _rollout.decide({**state["rollout"], "restore_failed": failure is not None})
+            expired = self._expire_silence(steps, state, decision)
             if decision["record_wanted"]:
-                self._record(steps, state, decision["settled_step"], record_updates(decision, state["plan"]))
+                self._record(steps, state, decision["settled_step"], {**record_updates(decision, state["plan"]), **expired})
             if lease is not None and not decision["state"].endswith("_elsewhere"):
                 self._last_word(steps, state, decision)
                 lease.release()
@@ -154,6 +158,7 @@ class ActionModule(PhaseAction):
         went_back = {"restored": restored, "error": failure.get("msg") if failure else None}
         try:
             report = runbook_report(_observed.report_input(state["facts"], state["seen"], decision, went_back, state["run"]), ROLE)
+            report.update(_silences.report_section(state["facts"].get("sglang_restart_silence"), state["silence_warnings"]))
         except ValueError as exc:
             result.update(failed=True, msg=f"The report cannot be assembled: {exc}")
             report = {}
@@ -165,8 +170,28 @@ class ActionModule(PhaseAction):
             report_dir=report_dir(state["options"], args),
             # what the report step of the play's other hosts compares their starts with
             fleet_start=fleet_starts([report]),
+            **({"warnings": list(state["silence_warnings"])} if state["silence_warnings"] else {}),
         )
         return result
+
+    def _expire_silence(self, steps: Steps, state: dict[str, t.Any], decision: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        """The run's silence expired once the host is back in the router (or failed, so that its alerts fire);
+        the run record's update: no silence left, or the silence kept for the next run to expire."""
+        silence = state["facts"].get("sglang_restart_silence")
+        if not _silences.expire_wanted(silence, str(decision.get("state") or "")):
+            return {}
+        options = state["options"]
+        api_key = str(steps.variable("sglang_restart_alertmanager_api_key", "") or "")
+        alertmanager, problem = _silences.client(options, api_key, options.get("alertmanager_headers") or {}, str(silence.get("url") or ""))
+        started = time.monotonic()
+        if alertmanager is not None:
+            problem = expire_silence(alertmanager, str(silence["id"]), state["run"]["host"])
+        steps.note(EXPIRE, {"failed": True} if problem else {}, time.monotonic() - started)
+        if problem:
+            state["silence_warnings"].append(problem)
+            return {}
+        state["facts"]["sglang_restart_silence"] = {**silence, "expired": True}
+        return {"silence": None}
 
     def _still_held(self, lease: HostLease, state: dict[str, t.Any]) -> None:
         """This run still holds the host; otherwise it ends here (another run took it over), touching nothing."""

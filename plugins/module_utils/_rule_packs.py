@@ -778,6 +778,14 @@ VLLM: RulePack = [
         "phase": "capturing_cuda_graphs",
     },
     {
+        "id": "vllm-headless-launch",
+        "class": "progress",
+        "pattern": r"data parallel engine\(s\) in headless mode|headless multiproc executor",
+        "reason": "A headless data parallel node (--headless) starts its engines; it serves no HTTP, node 0 does.",
+        "reference": f"{VLLM_SOURCE}/vllm/entrypoints/cli/serve.py (run_headless)",
+        "phase": "loading_weights",
+    },
+    {
         "id": "vllm-init-engine",
         "class": "progress",
         "pattern": r"init engine .* took|Available routes are",

@@ -26,6 +26,7 @@ VERSION = 1
 STATE_DIR = "/var/lib/inferops"
 # the steps a rollout writes before it takes them, in order; "done" once nothing is left to undo
 STEPS = (
+    "silence",
     "drain",
     "deploy",
     "restart",
@@ -186,7 +187,7 @@ def advance(
         "history": [],
     }
     if previous:
-        record.update({key: previous.get(key) for key in ("change", "traffic", "before_invocation", "run_id", "started_at")})
+        record.update({key: previous.get(key) for key in ("change", "traffic", "before_invocation", "run_id", "started_at", "silence")})
         record["history"] = list(previous.get("history") or [])[-20:]
     if record.get("run_id") != run_id:
         record["started_at"] = round(time.time() if now is None else now, 3)
@@ -202,7 +203,7 @@ def advance(
             if isinstance(record.get("change"), dict) and isinstance(value, dict):
                 record["change"] = {**record["change"], **{flag: bool(value[flag]) for flag in ("proven", "settled") if flag in value}}
             continue
-        elif key not in ("before_invocation", "outcome", "repairs"):
+        elif key not in ("before_invocation", "outcome", "repairs", "silence"):
             raise RecordError(f"a run record has no field {key!r}")
         record[key] = value
     return record

@@ -36,7 +36,7 @@ options:
       - The earlier record's pending undo work (a host out of rotation, a change never proven) is carried over
         unless O(updates) settles it.
     type: str
-    choices: [drain, deploy, restart, start, wait, smoke, passed, rollback, rollback_wait, rolled_back, rollback_failed, failed, restore, done]
+    choices: [silence, drain, deploy, restart, start, wait, smoke, passed, rollback, rollback_wait, rolled_back, rollback_failed, failed, restore, done]
   run_id:
     description: The run writing the record. Required with O(step).
     type: str
@@ -45,7 +45,8 @@ options:
       - Fields of the record this step sets - C(change) (C(files) with C(path), C(kind), C(existed),
         C(previous_sha256), C(new_sha256); C(proven), C(settled)), C(change_flags) (C(proven) and/or C(settled)
         set on the change the host's record already holds), C(traffic) (C(out), C(router_url), C(worker),
-        C(hooks)), C(before_invocation), C(outcome), C(repairs).
+        C(hooks)), C(before_invocation), C(outcome), C(repairs), C(silence) (the run's Alertmanager silence -
+        C(id), C(url), C(host), C(ends_at); null once expired).
     type: dict
     default: {}
   files:

@@ -34,7 +34,9 @@ description:
     O(channel). Node 0 has the full gates; a node of rank 1 or more passes when its unit is active, its own journal
     shows its schedulers ready (SGLang then starts a placeholder health server there), nothing fatal was logged, it
     stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally, so its answers are recorded
-    (C(placeholder) in RV(health)) and never counted. Node 0 passes only when every other node is ready.
+    (C(placeholder) in RV(health)) and never counted. A headless node of a vLLM data parallel deployment (C(--headless), O(engine=vllm))
+    serves no HTTP at all; it is never probed (C(headless) in RV(health)), and its readiness is its engines' C(init engine ... took)
+    line. Node 0 passes only when every other node is ready.
   - The nodes' waits see each other through files on the controller (O(channel)). When one node's wait fails, the
     others take one last look (up to 3 s) at their own journal, for the consequences the failure caused there, and
     fail with reason V(peer_failed) naming the node, within seconds.
@@ -293,7 +295,7 @@ lines:
 health:
   description: The last health probe (C(status), C(up), C(error)), the current run of C(successes), and C(history),
     the changes of the answer with C(at) (seconds since the wait began); C(placeholder=true) on a node of rank 1 or more,
-    whose answers were not counted.
+    whose answers were not counted, with C(headless=true) on a vLLM headless node, never probed (no HTTP).
   returned: always
   type: dict
   sample:

@@ -119,6 +119,7 @@ FLOORS: dict[str, Floor] = {
     "canary_concurrency": Floor(1, True, "a whole number"),
     "canary_prompt_tokens": Floor(1, True, "a whole number"),
     "canary_max_tokens": Floor(1, True, "a whole number"),
+    "alertmanager_margin": Floor(1, True, "a number"),
 }
 
 
@@ -260,6 +261,7 @@ def check_role_values(
     problems.extend(stall_limit_problems(values.get("stall_limits"), prefix))
     problems.extend(_role_only_problems(values, prefix, list(target_names)))
     problems.extend(canary_problems(values, prefix))
+    problems.extend(alertmanager_problems(values, prefix))
     if role == "sglang_restart":
         problems.extend(deploy_option_problems({name: values[name] for name in DEPLOY_OPTIONS if name in values}, base_dir))
     rules = []
@@ -293,6 +295,26 @@ def canary_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str
                 f"{prefix}canary loads the server of {prefix}health_url, which must then be on loopback (127.0.0.1, ::1, localhost),"
                 f" got {_shown(values['health_url'])}"
             )
+    return problems
+
+
+def alertmanager_problems(values: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    """The Alertmanager a planned restart silences its host in: an http(s) URL with a host, headers that
+    map names to text, and no key or headers without a URL. A header's value is never shown."""
+    url = values.get("alertmanager_url") or ""
+    headers = values.get("alertmanager_headers") or {}
+    problems = []
+    if isinstance(url, str) and url:
+        problem = url_problem(url.strip())
+        if problem:
+            problems.append(f"{prefix}alertmanager_url {problem}")
+    if isinstance(headers, t.Mapping):
+        bad = [str(name) for name, value in headers.items() if not isinstance(name, str) or not name or not isinstance(value, str)]
+        if bad:
+            problems.append(f"{prefix}alertmanager_headers must map header names to text values (the value of {bad[0]!r} is not text)")
+    for secret in ("alertmanager_api_key", "alertmanager_headers"):
+        if values.get(secret) and not url:
+            problems.append(f"{prefix}{secret} is set but {prefix}alertmanager_url is empty: no Alertmanager would be called")
     return problems
 
 

@@ -414,9 +414,10 @@ def _node_lines(node: t.Mapping[str, t.Any], form: Form) -> list[str]:
     rank = node.get("rank") or 0
     where = node.get("progress") or str(node.get("phase") or form.no_phase).replace("_", " ")
     answer = health.get("status") or health.get("error") or "not probed"
+    worker = (" (headless, no HTTP)" if health.get("headless") else " (placeholder, not counted)") if rank > 0 else ""
     lines = [
         f"  {node.get('host')} node {rank}{' (root cause)' if node.get('root_cause') else ''}: {str(node.get('verdict')).upper()} ({node.get('reason')}), "
-        f"{where}, health {answer}{' (placeholder, not counted)' if rank > 0 else ''}, invocation {node.get('invocation_id') or 'none'}"
+        f"{where}, health {answer}{worker}, invocation {node.get('invocation_id') or 'none'}"
     ]
     if node.get("root_cause"):
         return lines

@@ -70,6 +70,10 @@ ROLE_SPECS: t.Dict[str, t.Dict[str, t.Dict[str, t.Any]]] = {
         "drain_unknown_load": {"type": "str", "choices": ["wait", "proceed"], "default": "wait"},
         "drain_hooks": {"type": "list", "elements": "str", "default": []},
         "restore_hooks": {"type": "list", "elements": "str", "default": []},
+        "alertmanager_url": {"type": "str", "default": ""},
+        "alertmanager_api_key": {"type": "str", "default": "", "no_log": True},
+        "alertmanager_headers": {"type": "dict", "default": {}, "no_log": True},
+        "alertmanager_margin": {"type": "float", "default": 1.5},
     },
     "sglang_precheck": {
         "unit": {"type": "str", "default": "sglang.service"},
@@ -107,5 +111,5 @@ ROLE_SPECS: t.Dict[str, t.Dict[str, t.Dict[str, t.Any]]] = {
         "sleeping": {"type": "str", "choices": ["pass", "fail"], "default": "pass"},
     },
 }
-YAML_TEXT: t.Tuple[str, ...] = ("extra_rules", "canary_thresholds", "canary_floors", "stall_limits")
+YAML_TEXT: t.Tuple[str, ...] = ("extra_rules", "canary_thresholds", "canary_floors", "stall_limits", "alertmanager_headers")
 COMMA_TEXT: t.Tuple[str, ...] = ("disabled_rules", "redact", "drain_hooks", "restore_hooks")

@@ -611,6 +611,8 @@ def precheck_verdict(observed: Observed, look: _Look, failure: t.Mapping[str, t.
             f" health answered 200, ready marker at journal line {ready_line}, nothing fatal logged; no generation sent (it would wake the"
             f" server and reload its weights){_request_errors_said(look.journal)}"
         )
+    if _placeholder(observed) and look.health.get("headless"):
+        return "ready", f"{unit} is active (running), its journal shows its engines ready, nothing fatal logged (a headless node: no HTTP, not probed)"
     if _placeholder(observed):
         return "ready", (
             f"{unit} is active (running), its journal shows its schedulers ready at line {ready_line}, nothing fatal logged (placeholder health not counted)"
@@ -670,7 +672,7 @@ def _health_seen(observed: Observed, look: _Look, host: str) -> str:
     if problem is not None:
         return problem
     if _placeholder(observed):
-        return "answered by a placeholder (not counted)"
+        return "not probed (a headless node serves no HTTP)" if look.health.get("headless") else "answered by a placeholder (not counted)"
     return f"{_text(look.health.get('url')) or _text(_setting(observed, 'health_url', ''))} answered HTTP 200"
 
 

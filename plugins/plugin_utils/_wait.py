@@ -18,7 +18,9 @@ this wait (``peer_failed``) after a last look at this node's own journal, so tha
 it logged are in the evidence. Node 0 passes only when every other node is ready; a node of rank
 >= 1 passes only when node 0 passed. A node of rank >= 1 serves a placeholder health endpoint that
 answers 200 unconditionally: its answers are recorded and never counted; its gates are the unit,
-its own journal's readiness evidence and no fatal line.
+its own journal's readiness evidence and no fatal line. A node of rank >= 1 of an engine whose
+workers serve no HTTP at all (the driver's ``worker_http``: vLLM's ``--headless`` data parallel
+nodes) is never health-probed; its journal's readiness is the driver's ``worker_ready_phase``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import typing as t
 from collections import deque
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _history
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines import drivers_for
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import identity
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import (
@@ -84,6 +87,10 @@ class Settings:
     deployment: str | None = None
     node_rank: int = 0
     peers: t.Mapping[str, int] = dataclasses.field(default_factory=dict)  # the deployment's other nodes: host -> rank
+    # what a node of rank >= 1 serves over HTTP (the engine driver's worker_http): placeholder or none
+    worker_http: str = "placeholder"
+    # for worker_http none: the phase of the node's own journal that proves it ready (None: its ready lines)
+    worker_ready_phase: str | None = None
     # the host's recent good starts on this configuration (start_history's good_starts): an ETA in the progress lines
     history_starts: t.Sequence[t.Mapping[str, t.Any]] = ()
 
@@ -93,6 +100,7 @@ class Settings:
         values = {name: args[name] for name in names if name in args and args[name] is not None}
         values["stall_limits"] = {phase: float(limit) for phase, limit in (args.get("stall_limits") or {}).items()}
         values["peers"] = {str(peer): int(rank) for peer, rank in (args.get("peers") or {}).items()}
+        values.update(worker_roles(args.get("engine")))
         return cls(host=host, **values)
 
     def node(self, host: str | None = None) -> str:
@@ -100,6 +108,15 @@ class Settings:
         host = host or self.host
         rank = self.node_rank if host == self.host else self.peers.get(host)
         return f"{host} (node {rank} of {self.deployment})" if self.deployment else host
+
+
+def worker_roles(engine: str | None) -> dict[str, t.Any]:
+    """What the nodes of rank >= 1 of ``engine`` serve (``worker_http``) and which phase of their
+    journal proves them ready; a placeholder when the engine is not known (``auto``: probed, not counted)."""
+    drivers = drivers_for(engine)
+    if len(drivers) != 1 or drivers[0].worker_http != "none":
+        return {"worker_http": "placeholder", "worker_ready_phase": None}
+    return {"worker_http": "none", "worker_ready_phase": drivers[0].worker_ready_phase}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +281,8 @@ class Wait:
             return self._end(Outcome("fail", "unreachable", f"lost the connection to {self.settings.host} as the budget ran out: {problem}"))
         delay = min(delay, max(self.remaining(), 0.0))
         self._show(f"connection lost ({problem.strip()[:120]}), retry {self.failures}/{retries} in {delay:.1f}s", force=True)
-        return Probe(watch=0.0 if not self.pinned else self._window(), health=self.pinned, pause=delay, reset_connection=True, pinning=not self.pinned)
+        probe_health = self.pinned and not self.headless
+        return Probe(watch=0.0 if not self.pinned else self._window(), health=probe_health, pause=delay, reset_connection=True, pinning=not self.pinned)
 
     # -- the other nodes of a deployment ---------------------------------------------------------
 
@@ -276,6 +294,18 @@ class Wait:
     def placeholder_health(self) -> bool:
         """Nodes of rank >= 1 answer health from a placeholder server: 200 proves nothing about generation."""
         return self.settings.node_rank >= 1
+
+    @property
+    def headless(self) -> bool:
+        """A node of rank >= 1 that serves no HTTP at all (vLLM's --headless): never health-probed."""
+        return self.placeholder_health and self.settings.worker_http == "none"
+
+    def _own_ready(self) -> bool:
+        """This node's journal shows it ready: its ready lines, or a headless node's ready phase."""
+        phase = self.settings.worker_ready_phase
+        if self.headless and phase is not None:
+            return phase_index(self.total["phase"]) >= phase_index(phase)
+        return bool(self.total["ready"])
 
     def peers_seen(self, states: t.Mapping[str, NodeState], now: float) -> Step | None:
         """The other nodes' waits as the coordination channel shows them. A failed peer ends this
@@ -513,7 +543,7 @@ class Wait:
     def _gates_open(self) -> bool:
         return (
             self.state.get("ActiveState") == "active"
-            and bool(self.total["ready"])
+            and self._own_ready()
             and (self.placeholder_health or self.streak >= self.settings.health_successes)
             and not self.total["fatal"]
         )
@@ -529,7 +559,7 @@ class Wait:
         if self.soak_started is not None and self.in_deployment:
             raise _Failed("budget_exhausted", f"budget of {budget} spent ({spent}): this node was ready, still waiting for {self._waiting_for()}")
         if self.placeholder_health:
-            where = "ready (its own evidence)" if self.total["ready"] else f"in phase {self.total['phase'].replace('_', ' ')}"
+            where = "ready (its own evidence)" if self._own_ready() else f"in phase {self.total['phase'].replace('_', ' ')}"
             raise _Failed("budget_exhausted", f"budget of {budget} spent ({spent}) {where}")
         if self.total["ready"] or self.ever_up:
             raise _Failed(
@@ -568,6 +598,8 @@ class Wait:
         pause = min(HEALTH_PAUSE, max(self.remaining(), 0.0)) if warm and self.soak_started is None else 0.0
         timeout = max(1.0, min(self.settings.health_timeout, self.remaining() + 1.0))
         soaking = self.soak_started is not None
+        if self.headless:
+            return Probe(watch=self._window(), health=False, health_early=False)
         return Probe(
             watch=self._window(pause),
             health=True,
@@ -603,7 +635,7 @@ class Wait:
         total, phase = self.total, self.total["phase"]
         progress = total.get("progress")
         if self.placeholder_health and (self.soak_started is not None or phase == "ready"):
-            placeholder = f"placeholder {health_text(self.health)}, not counted"
+            placeholder = "headless, no HTTP" if self.headless else f"placeholder {health_text(self.health)}, not counted"
             if self.soak_started is not None and self.now - self.soak_started >= self.settings.soak and self._waiting_for():
                 return f"ready (own evidence; {placeholder}), waiting for {self._waiting_for()}"
             return f"ready (own evidence; {placeholder})" + (f", soaking {human(self.settings.soak)}" if self.soak_started is not None else "")
@@ -661,6 +693,11 @@ class Wait:
     # -- the end ---------------------------------------------------------------------------------
 
     def _pass_message(self) -> str:
+        if self.headless:
+            return (
+                f"{self.settings.unit} is ready after {human(self.elapsed())}: active, its own journal shows its engines ready, nothing fatal, "
+                f"stayed up through a {human(self.settings.soak)} soak, and node 0 passed (a headless node: no HTTP, not probed)"
+            )
         if self.placeholder_health:
             return (
                 f"{self.settings.unit} is ready after {human(self.elapsed())}: active, its own journal shows its schedulers ready, nothing fatal, "
@@ -720,6 +757,7 @@ class Wait:
         }
         if self.placeholder_health:
             result["health"]["placeholder"] = True
+            result["health"]["headless"] = self.headless
         if self.in_deployment:
             result.update(deployment=self.settings.deployment, node_rank=self.settings.node_rank, peers=self.peer_states)
         if outcome.verdict == "fail":

@@ -66,3 +66,8 @@ class EngineDriver(t.NamedTuple):
     stop_drain: str = "flag"
     # the path that says whether the server sleeps (vLLM's sleep mode, GET /is_sleeping), None when it has none
     sleep_path: t.Optional[str] = None
+    # what a node of rank 1 or more of a deployment serves over HTTP: ``placeholder`` (a health endpoint that
+    # answers 200 whatever the engine does, SGLang's) or ``none`` (vLLM's ``--headless`` data parallel nodes)
+    worker_http: str = "placeholder"
+    # for ``none``: the phase of a worker node's own journal that proves it ready (None: its ready lines)
+    worker_ready_phase: t.Optional[str] = None

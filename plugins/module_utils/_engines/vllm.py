@@ -66,4 +66,11 @@ DRIVER = EngineDriver(
     stop_drain="flag",
     # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1: {"is_sleeping": true|false} (module_utils/_sleep.py)
     sleep_path="/is_sleeping",
+    # data parallelism over nodes: node 0 runs the API server (--data-parallel-address, --data-parallel-rpc-port),
+    # the others ``--headless --data-parallel-start-rank R``, which serve no HTTP at all. A headless node logs
+    # ``Launching N data parallel engine(s) in headless mode, with head node address ...`` and, per engine,
+    # ``init engine (profile, create kv cache, warmup model) took X seconds`` (rule vllm-init-engine, phase
+    # warming_up): its engines are up and handshaking with node 0's
+    worker_http="none",
+    worker_ready_phase="warming_up",
 )

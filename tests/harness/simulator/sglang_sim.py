@@ -48,9 +48,12 @@ injected there is no change of the unit's configuration, as a real server's hang
                            (slow_health: 25)
 ``SIM_CRASH_AFTER_READY``  seconds between ready and the crash of ready_then_crash, default 3
 ``SIM_WEDGE_AFTER``        seconds between ready and the failure of wedged and engine_dead, default 0
-``SIM_NNODES``             nodes of one multi-node server (SGLang's --nnodes), default 1
-``SIM_NODE_RANK``          this node's rank (--node-rank), default 0
-``SIM_DIST_INIT_ADDR``     HOST:PORT where node 0 listens for the others (--dist-init-addr); needed
+``SIM_NNODES``             nodes of one multi-node server (SGLang's --nnodes; vLLM: the nodes of its data
+                           parallel deployment), default 1
+``SIM_NODE_RANK``          this node's rank (--node-rank; vLLM: 0 runs the API server, the others are
+                           --headless), default 0
+``SIM_DIST_INIT_ADDR``     HOST:PORT where node 0 listens for the others (--dist-init-addr; vLLM:
+                           --data-parallel-address and --data-parallel-rpc-port); needed
                            with SIM_NNODES > 1
 ``SIM_DIST_TIMEOUT``       seconds the rendezvous may take before it fails, default 30
 ``SIM_PEER_TIMEOUT``       seconds between losing a peer and this node's distributed error, default
@@ -108,7 +111,7 @@ Scenarios and how they end:
 * engine_dead: ready, then after SIM_WEDGE_AFTER seconds the engine dies behind a live API server
   (vLLM #39863): its error in the journal, /health still 200, every generation answered 500 at once.
 
-Multi-node mode (SIM_NNODES > 1, SGLang only): SIM_TP counts the ranks of all nodes (``--tp 16`` on
+Multi-node mode (SIM_NNODES > 1): SIM_TP counts the ranks of all nodes (``--tp 16`` on
 2 nodes: TP0-7 on node 0, TP8-15 on node 1). The nodes really rendezvous over the network: node 0
 listens at the port of SIM_DIST_INIT_ADDR, the others connect to it (retrying, as torch's store
 client does) and keep the connection; every phase after the first starts only when every node
@@ -119,7 +122,14 @@ SIM_PEER_TIMEOUT, gloo's ``Connection closed by peer`` in a scheduler traceback 
 (SIM_PEER_LOSS=exit), or NCCL's watchdog timeout on each rank and hangs (hang). Node 0 serves the
 real API; the others, once their schedulers are ready, log ``Starting dummy health check server``
 and serve a placeholder whose /health and /health_generate answer 200 unconditionally, as SGLang's
-engine does.
+engine does. With SIM_ENGINE=vllm the nodes are a vLLM data parallel deployment over nodes:
+node 0 (``vllm serve ... --data-parallel-address A --data-parallel-rpc-port P``) binds its API
+port at once and listens only once every headless node's engines came along (the handshake); a
+node of rank >= 1 (``--headless --data-parallel-start-rank R``) logs ``Launching N data parallel
+engine(s) in headless mode, with head node address tcp://A:P.``, its engines' start up to ``init
+engine (profile, create kv cache, warmup model) took X seconds``, and never binds or listens on
+HTTP. A crash there logs ``EngineCore failed to start.``; a lost peer ``EngineCore encountered a
+fatal error.`` with the distributed error, and the process exits 1.
 """
 
 from __future__ import annotations
@@ -329,8 +339,6 @@ class Config:
             raise ConfigError(f"SIM_NODE_RANK={node_rank} must be below SIM_NNODES={nnodes}")
         if tp % nnodes:
             raise ConfigError(f"SIM_TP={tp} must be a multiple of SIM_NNODES={nnodes}")
-        if nnodes > 1 and env.get("SIM_ENGINE", "").strip() == "vllm":
-            raise ConfigError("SIM_NNODES > 1 simulates SGLang's multi-node mode only")
         return cls(
             nnodes=nnodes,
             node_rank=node_rank,
@@ -1954,14 +1962,28 @@ class VllmSimulator(Simulator):
         }
         return self._metrics("vllm", names)
 
+    @property
+    def headless(self) -> bool:
+        """A node of rank >= 1 of a data parallel deployment (``--headless``): engines only, no HTTP."""
+        return self.cfg.node_rank >= 1
+
+    def _headless_launch(self) -> None:
+        host, port = self.cfg.dist_init_addr or ("127.0.0.1", 0)
+        local = len(self.node_ranks)
+        self.log("INFO", "serve.py:212", f"Launching {local} data parallel engine(s) in headless mode, with head node address tcp://{host}:{port}.")
+
     # ---- phases
     def starting(self) -> Iterator[None]:
         cfg = self.cfg
         self.log("INFO", "__init__.py:244", "Automatically detected platform cuda.")
-        self.log("INFO", "api_server.py:1395", f"vLLM API server version {VLLM_VERSION}")
+        if self.headless:
+            self._headless_launch()
+        else:
+            self.log("INFO", "api_server.py:1395", f"vLLM API server version {VLLM_VERSION}")
         args = {"model": cfg.model, "host": cfg.host, "port": cfg.port, "trust_remote_code": True, "tensor_parallel_size": cfg.tp}
         self.log("INFO", "cli_args.py:325", f"non-default args: {args!r}")
-        self.bind_port()
+        if not self.headless:
+            self.bind_port()
         self.pause(0.2)
         self.log("INFO", "config.py:841", "This model supports multiple tasks: {'generate', 'reward', 'classify', 'embed'}. Defaulting to 'generate'.")
         self.log("INFO", "config.py:2285", "Chunked prefill is enabled with max_num_batched_tokens=8192.")
@@ -1975,6 +1997,8 @@ class VllmSimulator(Simulator):
         self.pause(0.3)
         self.each_worker("INFO", "pynccl.py:70", lambda rank: f"vLLM is using nccl=={VLLM_NCCL_VERSION}")
         yield
+        if self.dist is not None:
+            self.dist.rendezvous(self.stop)  # the data parallel handshake with node 0's front end
         self.pause(0.2)
         self.each_worker(
             "INFO",
@@ -2019,6 +2043,8 @@ class VllmSimulator(Simulator):
     def warming_up(self) -> Iterator[None]:
         self.pause(0.3)
         yield
+        if self.headless:
+            return  # its engines run and serve node 0's API server; it listens on nothing
         self.pause(0.7)
         self.log("INFO", "api_server.py:1457", f"Starting vLLM API server on http://{self.cfg.host}:{self.cfg.port}")
         self.log("INFO", "launcher.py:29", "Available routes are:")
@@ -2070,6 +2096,14 @@ class VllmSimulator(Simulator):
     def _engine_dead(self) -> None:
         self.engine_died()
         self.shutdown_lines()
+
+    def dist_failed(self, error: str) -> NoReturn:
+        """A distributed error in the engine core (a peer gone, a handshake that timed out): its traceback, exit 1."""
+        self.console.end_partial_line()
+        self.log("ERROR", "core.py:517", "EngineCore encountered a fatal error.")
+        for line in ["Traceback (most recent call last):", *render_frames(VLLM_ENGINE_CORE_FRAMES), error]:
+            self.log("ERROR", "core.py:517", line)
+        raise SystemExit(1)
 
     def bind_failed(self, errno: int, strerror: str) -> NoReturn:
         self.console.line("Traceback (most recent call last):")
