@@ -40,7 +40,6 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options im
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS as ROLE_SPECS
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import YAML_TEXT as YAML_TEXT
 
-
 # The wait's own options (wait_ready); its module documentation carries their descriptions.
 WAIT_OPTIONS: Spec = {
     "budget": {"type": "float", "default": 3600},
