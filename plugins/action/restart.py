@@ -25,7 +25,7 @@ from ansible import constants as C
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout, _silences
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import RENEW, HostLease
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import STAGE as LEASE_STAGE
@@ -60,6 +60,7 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     # each node of this host's deployment: what its prepare phase returned for the others (its peer)
     "peers": {"type": "dict", "default": {}},
 }
+EXPIRE_SILENCE = "Restart | Expire the host's silence in Alertmanager (the new start failed)"
 # what the progress line says before the rollback's own start (plugin_utils/_rollout.py: rollback_reason)
 ROLLBACK_CAUSES = {
     "start_failed": "the new configuration failed",
@@ -246,9 +247,11 @@ class ActionModule(PhaseAction):
                 facts["failure"] = lost.failure
                 facts["rollout"] = observed = _rollout.after_restart(args["observed"], facts)
                 decision = _rollout.decide(observed)
+        host = str(task_vars.get("inventory_hostname", ""))
+        if _silences.expire_at_once(observed) and not decision["state"].endswith("_elsewhere"):
+            self._expire_silence(steps, args, facts, host)
         if not decision["rollback_wanted"]:
             return
-        host = str(task_vars.get("inventory_hostname", ""))
         cause = ROLLBACK_CAUSES[decision["rollback_reason"] if facts["stopped"] else "before_the_stop"]
         display.display(f"{host}: {args['options']['unit']} rolling back: {cause}, the previous configuration goes back")
         api_key = steps.variable("sglang_restart_api_key", "")
@@ -256,6 +259,19 @@ class ActionModule(PhaseAction):
         rollback = rollback_args(args["options"], _observed.changed_files(args["facts"]), bool(facts["stopped"]), args["run_id"])
         facts["rollback"] = Rollback().run(steps, rollback, api_key, hidden, host)
         facts["rollout"] = _rollout.after_rollback(observed, facts["rollback"])
+
+    def _expire_silence(self, steps: Steps, args: t.Mapping[str, t.Any], facts: dict[str, t.Any], host: str) -> None:
+        """The new start failed: the run's silence expired now, so that the host's alerts fire through the
+        rollback's cold start; the settle phase notes it in the run record."""
+        silence = args["facts"].get("sglang_restart_silence")
+        if not (silence and silence.get("id")):
+            return
+        problem = _silences.expire(steps, args["options"], silence, host, EXPIRE_SILENCE)
+        if problem:
+            facts["silence_warnings"] = [problem]
+        else:
+            facts["silence"] = {"id": silence["id"], "expired": True}
+            display.display(f"{host}: the new start failed: its silence {silence['id']} in Alertmanager expired, its alerts fire")
 
     # -- the parts ---------------------------------------------------------------------------
 

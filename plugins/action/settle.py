@@ -16,7 +16,6 @@ import time
 import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout, _silences
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import expire_silence
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
@@ -93,7 +92,7 @@ def role_state(args: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], ch
         "removed": _observed.flag(facts.get("sglang_restart_traffic_removed")),
         "holds_lease": bool(_observed.mapping(facts.get("sglang_restart_lease")).get("holds")),
         "hook_failure": facts["sglang_restart_traffic_failure"],
-        "silence_warnings": [str(warning) for warning in facts.get("sglang_restart_silence_warnings") or []],
+        "silence_warnings": [str(warning) for warning in [*(facts.get("sglang_restart_silence_warnings") or []), *(seen.get("silence_warnings") or [])]],
         "run": {
             "host": str(task_vars.get("inventory_hostname", "")),
             "unit": str(args["unit"] or ""),
@@ -175,21 +174,17 @@ class ActionModule(PhaseAction):
         return result
 
     def _expire_silence(self, steps: Steps, state: dict[str, t.Any], decision: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-        """The run's silence expired once the host is back in the router (or failed, so that its alerts fire);
-        the run record's update: no silence left, or the silence kept for the next run to expire."""
+        """The run's silence expired once the host is back in the router (or failed, so that its alerts fire;
+        the restart phase expired it already when the new start failed); the run record's update: no silence
+        left, or the silence kept for the next run to expire."""
         silence = state["facts"].get("sglang_restart_silence")
         if not _silences.expire_wanted(silence, str(decision.get("state") or "")):
             return {}
-        options = state["options"]
-        api_key = str(steps.variable("sglang_restart_alertmanager_api_key", "") or "")
-        alertmanager, problem = _silences.client(options, api_key, options.get("alertmanager_headers") or {}, str(silence.get("url") or ""))
-        started = time.monotonic()
-        if alertmanager is not None:
-            problem = expire_silence(alertmanager, str(silence["id"]), state["run"]["host"])
-        steps.note(EXPIRE, {"failed": True} if problem else {}, time.monotonic() - started)
-        if problem:
-            state["silence_warnings"].append(problem)
-            return {}
+        if not _silences.expired_by_restart(state["seen"]):
+            problem = _silences.expire(steps, state["options"], silence, state["run"]["host"], EXPIRE)
+            if problem:
+                state["silence_warnings"].append(problem)
+                return {}
         state["facts"]["sglang_restart_silence"] = {**silence, "expired": True}
         return {"silence": None}
 

@@ -4,16 +4,18 @@
 
 Private to the collection; may change at any time. Controller side. The prepare phase creates the
 silence before the host leaves the router and notes it in the host's run record (the record is the
-source of truth: a silence an interrupted run left there is expired by the next run); the settle phase
-expires it once the host is back (or failed, so that its alerts fire). Every call to Alertmanager is
+source of truth: a silence an interrupted run left there is expired by the next run); the restart phase
+expires it the moment the new start failed (so that the host's alerts fire while its change is rolled
+back), and the settle phase at the end of the run otherwise. Every call to Alertmanager is
 ``plugin_utils/_alertmanager``'s and ends in a warning, never a failure.
 """
 
 from __future__ import annotations
 
+import time
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import Alertmanager, AlertmanagerError, silence_duration
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import Alertmanager, AlertmanagerError, expire_silence, silence_duration
 
 Options = t.Mapping[str, t.Any]
 
@@ -53,6 +55,28 @@ def expire_wanted(silence: t.Mapping[str, t.Any] | None, outcome: str) -> bool:
     """The run's silence is expired at its end whatever the outcome, except when another run took the
     host over (its silence is that run's to expire)."""
     return bool(silence and silence.get("id")) and not outcome.endswith("_elsewhere")
+
+
+def expire_at_once(observed: t.Mapping[str, t.Any]) -> bool:
+    """The new start failed: the host serves nothing, and its alerts must fire now, not after the rollback's
+    own cold start (which may take as long as the failed one)."""
+    return bool(observed.get("new_start_failed"))
+
+
+def expired_by_restart(seen: t.Mapping[str, t.Any]) -> bool:
+    """The restart phase already expired the run's silence (its new start failed)."""
+    return bool((seen.get("silence") or {}).get("expired"))
+
+
+def expire(steps: t.Any, options: Options, silence: t.Mapping[str, t.Any], host: str, step_name: str) -> str | None:
+    """Expires the run's silence (noted as the step ``step_name``): None, or the warning why it stays."""
+    api_key = str(steps.variable("sglang_restart_alertmanager_api_key", "") or "")
+    alertmanager, problem = client(options, api_key, options.get("alertmanager_headers") or {}, str(silence.get("url") or ""))
+    started = time.monotonic()
+    if alertmanager is not None:
+        problem = expire_silence(alertmanager, str(silence["id"]), host)
+    steps.note(step_name, {"failed": True} if problem else {}, time.monotonic() - started)
+    return problem
 
 
 def client(options: Options, api_key: str, headers: t.Mapping[str, t.Any], url: str | None = None) -> tuple[Alertmanager | None, str | None]:

@@ -5,7 +5,8 @@
 ``ansible-playbook`` runs of ``playbooks/restart_sglang.yml`` on the test fleet.
 
 A restart that passes silences its host's alerts before it stops the server and expires the silence at
-the end; a failed start's silence is expired too (its alerts fire); an Alertmanager that does not answer
+the end; a failed start's silence is expired the moment it failed, before its change is rolled back (its
+alerts fire); an Alertmanager that does not answer
 is a warning, the restart passes; a malformed URL is refused before anything on the host changes.
 """
 
@@ -78,6 +79,27 @@ def test_a_failed_start_expires_its_silence(fleet: Fleet, host: str, run_playboo
     assert silence["status"]["state"] == "expired"
     report = json.loads((tmp_path / f"{host}.json").read_text())
     assert report["verdict"] == "fail" and report["silence"]["expired"] is True
+
+
+def test_a_failed_change_expires_its_silence_before_its_rollback_starts(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    started(fleet, host)
+    crash = "[Service]\nEnvironment=SIM_SCENARIO=crash SIM_PHASE=warming_up\n"
+    with alerting.Alertmanager({"route": {"receiver": "none"}, "receivers": [{"name": "none"}]}) as alertmanager:
+        extra = {
+            **QUICK,
+            "sglang_restart_alertmanager_url": alertmanager.url,
+            "sglang_restart_report_dir": str(tmp_path),
+            "sglang_restart_dropin_content": crash,
+        }
+        run = run_playbook(PLAYBOOK, limit=host, extra_vars=extra)
+        assert run.returncode != 0, run
+        [silence] = silences_of(alertmanager, host)
+    report = json.loads((tmp_path / f"{host}.json").read_text())
+    assert report["state"] == "rolled_back" and report["rollback"]["verdict"] == "pass", report
+    assert silence["status"]["state"] == "expired" and report["silence"]["expired"] is True
+    # the host's alerts fire from its failed start on: the rollback's start comes after the silence ended
+    assert moment(silence["endsAt"]) < unit_started_at(fleet, host), (silence, report["rollback"])
+    assert f"{host}: the new start failed: its silence {silence['id']} in Alertmanager expired" in run.output
 
 
 def test_an_alertmanager_that_does_not_answer_is_a_warning_and_the_restart_passes(fleet: Fleet, host: str, run_playbook: RunPlaybook, tmp_path: Path) -> None:

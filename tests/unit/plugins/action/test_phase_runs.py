@@ -18,7 +18,9 @@ from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 
 from ansible_collections.inferops.runbooks.plugins.action import restart, settle
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import Alertmanager, silence_host
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed
+from tests.harness import alerting
 from tests.unit.plugins.action.test_restart_phases import options
 
 UNIT = "sglang.service"
@@ -244,6 +246,48 @@ def test_a_run_whose_lease_was_taken_over_during_its_wait_does_not_roll_back() -
     report = phase(settle.ActionModule, {"context": deployed(), "restarted": result}, settled).run(task_vars=RUN)
     assert settled.calls == []
     assert report["report"]["reason"] == "lease_lost" and report["report"]["msg"].startswith("changed by someone else during this run")
+
+
+def test_a_failed_start_expires_its_silence_before_the_rollback_and_settle_does_not_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's alerts fire from the moment its new start failed, not after the rollback's own cold start."""
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    problem = alerting.missing(alerting.ALERTMANAGER)
+    if problem:
+        pytest.fail(problem)
+    with alerting.Alertmanager({"route": {"receiver": "nobody"}, "receivers": [{"name": "nobody"}]}) as server:
+        alertmanager = Alertmanager(server.url)
+        silence_id, _ = silence_host(alertmanager, "gpu1", 600, "20261204T190000Z-1")
+        assert silence_id
+        silence = {"id": silence_id, "url": server.url, "host": "gpu1", "ends_at": 0}
+        checked = {"options": restart_options(alertmanager_url=server.url), "node": {"multi_node": False, "rank": 0}}
+        prepared = deployed(sglang_restart_silence=silence, sglang_restart_checked=checked)
+        steps = ScriptedSteps(
+            {
+                "inferops.runbooks.run_lease": [{"held": True}] * 4,
+                "inferops.runbooks.wait_ready": [CRASHED, ROLLBACK_START],
+                "ansible.builtin.command": [{"stdout": "LoadState=loaded\nLoadError=\nInvocationID=" + "b" * 32}],
+            }
+        )
+        restarted = phase(restart.ActionModule, {"context": prepared, "peers": {}}, steps).run(task_vars=RUN)
+        done = [step["step"] for step in steps.done]
+        assert done.index(restart.EXPIRE_SILENCE) < done.index("Rollback | Stop the unit of the failed start")
+        assert alertmanager.silence(silence_id)["status"]["state"] == "expired"
+        assert restarted["seen"]["silence"] == {"id": silence_id, "expired": True}
+
+        settled_steps = ScriptedSteps(
+            {
+                "inferops.runbooks.run_lease": [{"held": True}, {"released": True}],
+                "inferops.runbooks.unit_info": [{"unit": {"ActiveState": "active", "InvocationID": "c" * 32}}],
+            }
+        )
+        settled = phase(settle.ActionModule, {"context": prepared, "restarted": restarted}, settled_steps).run(task_vars=RUN)
+    assert settle.EXPIRE not in [step["step"] for step in settled_steps.done]
+    assert settled["report"]["silence"] == {"id": silence_id, "url": server.url, "expired": True}
+    assert settled["report"]["state"] == "rolled_back" and "silence_warnings" not in settled["report"]
+    # the run record keeps no silence for the next run to expire
+    records = [args for name, args in settled_steps.calls if name == "inferops.runbooks.run_record"]
+    assert [record["updates"]["silence"] for record in records if "silence" in record.get("updates", {})] == [None], records
 
 
 def test_settle_of_a_passed_restart_reads_the_host_and_releases_the_lease() -> None:
