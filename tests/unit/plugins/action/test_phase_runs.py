@@ -6,6 +6,7 @@ a host. The phases on real systemd hosts are the integration tests."""
 
 from __future__ import annotations
 
+import base64
 import typing as t
 from pathlib import Path
 from unittest.mock import MagicMock
@@ -17,9 +18,10 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 
-from ansible_collections.inferops.runbooks.plugins.action import restart, settle
+from ansible_collections.inferops.runbooks.plugins.action import prepare, restart, settle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import Alertmanager, silence_host
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS
 from tests.harness import alerting
 from tests.unit.plugins.action.test_restart_phases import options
 
@@ -90,7 +92,9 @@ def phase(cls: type, args: dict[str, t.Any], steps: ScriptedSteps, check_mode: b
     task.args = args
     task.check_mode = check_mode
     connection = MagicMock()  # the connection is never used: every step goes through the scripted steps
-    connection._shell.tmpdir = None
+    # a remote temporary directory that already exists (no "-tmp-" in its name: never removed), for the
+    # phases that transfer files
+    connection._shell.tmpdir = "/scripted/steps"
     action = cls(task=task, connection=connection, play_context=PlayContext(), loader=DataLoader(), templar=None, shared_loader_obj=None)
     action.make_steps = lambda task_vars: steps
     return action
@@ -324,3 +328,83 @@ def test_a_phase_refuses_an_argument_it_does_not_declare() -> None:
     with pytest.raises(AnsibleActionFail, match="contxt"):
         phase(restart.ActionModule, {"context": context(), "contxt": {}}, steps).run(task_vars=RUN)
     assert steps.calls == []
+
+
+# -- the prepare phase ------------------------------------------------------------------------------
+
+PREPARE_RUN = {"inventory_hostname": "gpu1", "ansible_play_hosts_all": ["gpu1"], "playbook_dir": "/tmp"}
+
+
+def checked(**changes: t.Any) -> dict[str, t.Any]:
+    """What check_options answers for variables it accepts."""
+    defaults = {name: spec.get("default") for name, spec in ROLE_SPECS["sglang_restart"].items()}
+    return {"changed": False, "options": {**defaults, **restart_options(**changes)}, "node": {"multi_node": False, "rank": 0}}
+
+
+def prepare_steps(*, lease: dict[str, t.Any] | None = None, **more: list[dict[str, t.Any]]) -> ScriptedSteps:
+    return ScriptedSteps(
+        {
+            "inferops.runbooks.check_options": [checked()],
+            "inferops.runbooks.run_lease": [lease or {"outcome": "taken"}],
+            "inferops.runbooks.unit_info": [{"unit": BEFORE}],
+            "inferops.runbooks.run_record": [{"record": None, "host_files": {}}],
+            **more,
+        }
+    )
+
+
+def test_prepare_of_a_plain_restart_checks_holds_the_host_reads_it_and_changes_nothing() -> None:
+    steps = prepare_steps()
+    result = phase(prepare.ActionModule, {}, steps).run(task_vars=PREPARE_RUN)
+    assert steps.names() == ["check_options", "run_lease:acquire", "unit_info", "run_record"]
+    assert steps.calls[0][1] == {"role": "sglang_restart", "hosts": ["gpu1"]}
+    assert not result["changed"] and not result["refused"] and result["failure"] is None
+    context = result["context"]
+    assert context["sglang_restart_lease"] == {"holds": True, "outcome": "taken", "taken_over": None}
+    assert context["sglang_restart_before"]["unit"] == BEFORE and context["sglang_restart_deploy_files"] == []
+    # the restart phase takes this context as its argument
+    assert result["peer"] == {"run_id": context["sglang_restart_run_id"], "reached_preflight": False}
+
+
+def test_prepare_of_a_deploy_notes_the_change_before_writing_it_and_refuses_nothing_that_loads() -> None:
+    steps = prepare_steps(**{"ansible.builtin.slurp": [{"content": base64.b64encode(b"OLD").decode()}]})
+    steps.answers["inferops.runbooks.check_options"] = [checked(dropin_content="NEW")]
+    steps.answers["ansible.builtin.command"] = [{"stdout_lines": ["LoadState=loaded", "LoadError="]}, {"rc": 0, "stderr_lines": []}]
+    steps.answers["ansible.builtin.copy"] = [{"changed": True}, {"changed": True}]
+    result = phase(prepare.ActionModule, {}, steps).run(task_vars=PREPARE_RUN)
+    names = steps.names()
+    assert names[:5] == ["check_options", "run_lease:acquire", "unit_info", "run_record", "slurp"]
+    # the run record names the change before the first write; the backup is written before the new content
+    assert names[5:] == ["run_record:deploy", "copy", "file", "copy", "systemd_service", "command", "command"], names
+    backup, written = (args for name, args in steps.calls if name == "ansible.builtin.copy")
+    assert backup["dest"] == f"{DROPIN}.previous" and backup["content"] == "OLD"
+    assert written == {"content": "NEW", "dest": DROPIN}
+    assert result["changed"] and result["failure"] is None and result["context"]["sglang_restart_deploy_applied"] is True
+
+
+def test_prepare_refuses_a_host_another_run_holds_before_reading_anything_else() -> None:
+    steps = prepare_steps(lease={"outcome": "held", "holder": HOLDER, "lease": {"run_id": "other", "controller": "bastion", "pid": 1}})
+    result = phase(prepare.ActionModule, {}, steps).run(task_vars={**PREPARE_RUN, "sglang_restart_lock_wait": 0})
+    assert steps.names() == ["check_options", "run_lease:acquire"]
+    failure = result["failure"]
+    assert failure["result"]["reason"] == "host_held" and HOLDER in failure["result"]["msg"], failure
+    assert not result["changed"] and not result["drain_hooks_due"]
+
+
+def test_prepare_in_check_mode_only_reads_the_lease_and_writes_nothing() -> None:
+    steps = prepare_steps(**{"ansible.builtin.slurp": [{"content": base64.b64encode(b"OLD").decode()}]})
+    steps.answers["inferops.runbooks.check_options"] = [checked(dropin_content="NEW")]
+    steps.answers["inferops.runbooks.run_lease"] = [{"lease": None}]
+    result = phase(prepare.ActionModule, {}, steps, check_mode=True).run(task_vars=PREPARE_RUN)
+    names = steps.names()
+    assert names[:2] == ["check_options", "run_lease:read"] and "run_record:deploy" not in names
+    assert [args for name, args in steps.calls if name == "ansible.builtin.copy"] == [{"content": "NEW", "dest": DROPIN}]
+    assert not result["changed"] and result["context"]["sglang_restart_lease"]["holds"] is False
+
+
+def test_prepare_refused_variables_touch_nothing_on_the_host() -> None:
+    refusal = {"failed": True, "msg": "sglang_restart_port must be 1 to 65535, not 0", "reason": "invalid_options"}
+    steps = ScriptedSteps({"inferops.runbooks.check_options": [refusal]})
+    result = phase(prepare.ActionModule, {}, steps).run(task_vars=PREPARE_RUN)
+    assert steps.names() == ["check_options"]
+    assert result["refused"] and "sglang_restart_port" in result["msg"] and not result["changed"]
