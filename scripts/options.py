@@ -38,7 +38,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no 
 
 def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[t.Any, t.Any]:
     seen: set[t.Any] = set()
-    for key_node, _ in node.value:
+    for key_node, _value_node in node.value:
         key = loader.construct_object(key_node)
         if key in seen:
             raise SpecError(f"{key!r} is written twice (line {key_node.start_mark.line + 1})")

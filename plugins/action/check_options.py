@@ -18,8 +18,9 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, topology
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import FLEET_OPTIONS, FLEET_PREFIX, ROLE_SPECS, check_fleet_values, check_role_values
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import FLEET_OPTIONS, FLEET_PREFIX, check_fleet_values, check_role_values
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS
 
 ARGUMENT_SPEC: dict[str, t.Any] = {
     "role": {"type": "str", "required": True, "choices": sorted(ROLE_SPECS)},

@@ -22,13 +22,13 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils import _fleet
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import (
     FLEET_OPTIONS,
     FLEET_PREFIX,
-    ROLE_SPECS,
     check_fleet_values,
     convert,
     needed,
     parse_share,
 )
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollout import generated
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
 

@@ -34,11 +34,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs im
 )
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
-
-# re-exported: the checks of other plugins take the roles' declarations from here
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import COMMA_TEXT as COMMA_TEXT
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS as ROLE_SPECS
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import YAML_TEXT as YAML_TEXT
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import COMMA_TEXT, ROLE_SPECS, YAML_TEXT
 
 # The wait's own options (wait_ready); its module documentation carries their descriptions.
 WAIT_OPTIONS: Spec = {

@@ -15,7 +15,8 @@ import yaml
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import CLASSIFIER_OPTIONS, HEALTH_OPTIONS, UNIT_OPTIONS
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _role_options
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import ROLE_SPECS, WAIT_OPTIONS
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import WAIT_OPTIONS
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = ("sglang_restart", "sglang_precheck")

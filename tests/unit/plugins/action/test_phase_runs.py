@@ -261,7 +261,7 @@ def test_a_failed_start_expires_its_silence_before_the_rollback_and_settle_does_
         pytest.fail(problem)
     with alerting.Alertmanager({"route": {"receiver": "nobody"}, "receivers": [{"name": "nobody"}]}) as server:
         alertmanager = Alertmanager(server.url)
-        silence_id, _ = silence_host(alertmanager, "gpu1", 600, "20261204T190000Z-1")
+        silence_id, _warning = silence_host(alertmanager, "gpu1", 600, "20261204T190000Z-1")
         assert silence_id
         silence = {"id": silence_id, "url": server.url, "host": "gpu1", "ends_at": 0}
         checked = {"options": restart_options(alertmanager_url=server.url), "node": {"multi_node": False, "rank": 0}}

@@ -11,14 +11,12 @@ import yaml
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import DEPLOYMENT_VAR, RANK_VAR
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import (
-    COMMA_TEXT,
     FLOORS,
-    ROLE_SPECS,
-    YAML_TEXT,
     check_role_values,
     is_target_address,
     wait_option_problems,
 )
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import COMMA_TEXT, ROLE_SPECS, YAML_TEXT
 
 REPO = Path(__file__).resolve().parents[4]
 TARGET = ["sim1", "10.221.1.2"]

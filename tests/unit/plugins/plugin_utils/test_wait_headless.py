@@ -16,14 +16,14 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import PEE
 from tests.unit.plugins.plugin_utils.test_wait import INVOCATION, Clock, health, unit
 
 RULES = load_rules("vllm")
-HEADLESS_LOG = [
+HEADLESS_LOG = (
     "INFO 12-05 14:00:01 [__init__.py:216] Automatically detected platform cuda.",
     "INFO 12-05 14:00:03 [serve.py:212] Launching 2 data parallel engine(s) in headless mode, with head node address tcp://10.0.0.1:13345.",
     "INFO 12-05 14:00:09 [gpu_model_runner.py:2602] Starting to load model /models/llama...",
     "INFO 12-05 14:00:40 [gpu_model_runner.py:2653] Model loading took 14.99 GiB and 30.2 seconds",
     "INFO 12-05 14:00:52 [kv_cache_utils.py:1087] GPU KV cache size: 476,592 tokens",
     "INFO 12-05 14:01:10 [core.py:218] init engine (profile, create kv cache, warmup model) took 28.51 seconds",
-]
+)
 LOADING, READY = 3, len(HEADLESS_LOG)
 DIED = "ERROR 12-05 14:00:41 [core.py:719] EngineCore failed to start."
 
