@@ -1,10 +1,12 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Deploying a change with a restart: the checks of the deploy, rollback and traffic variables,
-and how many requests a server still runs, read from its load or metrics endpoint (``_load``'s reader).
+"""Deploying a change with a restart: the checks of the deploy, rollback and traffic variables, and
+how many requests a server still runs, read from its load or metrics endpoint (``_load``'s reader,
+the one that the drain on the host uses).
 
-Standard library only, no Ansible imports. The role ``sglang_restart`` calls these through the
-filters in ``plugins/filter/deploy.py`` on the controller, before anything on a host is touched.
+Private to the collection; may change at any time. Controller side: ``plugin_utils/_options`` checks
+the role's variables with these, and ``plugins/filter/deploy.py`` reads a load answer, before
+anything on a host is touched.
 """
 
 from __future__ import annotations
