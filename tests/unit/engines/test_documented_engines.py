@@ -30,12 +30,15 @@ def documents(path: Path) -> list[t.Any]:
     """The YAML documents of a file: a plugin's DOCUMENTATION strings, or the file itself."""
     if path.suffix == ".yml":
         return [yaml.safe_load(path.read_text(encoding="utf-8"))]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            if any(isinstance(target, ast.Name) and target.id == "DOCUMENTATION" for target in node.targets):
-                found.append(yaml.safe_load(node.value.value))
-    return found
+    return [
+        yaml.safe_load(node.value.value)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) and _documentation(node)
+    ]
+
+
+def _documentation(node: ast.Assign) -> bool:
+    return any(isinstance(target, ast.Name) and target.id == "DOCUMENTATION" for target in node.targets)
 
 
 def engine_choices(document: t.Any) -> list[list[str]]:
