@@ -182,7 +182,7 @@ class ActionModule(PhaseAction):
                 "redact": hidden,
             }
             observed["smoke"], observed["smoke_journal"] = smoke_test(
-                steps, options["smoke_url"], options["smoke_model"], bearer(api_key), options["smoke_timeout"], scan
+                steps, options["smoke_url"], options["smoke_model"], bearer(api_key), options["smoke_timeout"], scan, options["engine"]
             )
         if generates_wanted(observed, "canary"):
             observed["canary"] = steps.module(

@@ -1,12 +1,12 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The filter for deploying a change with a restart: a thin shell around plugins/module_utils/_deploy.py."""
+"""The filter for deploying a change with a restart: a thin shell around the load reader of plugins/module_utils/_load.py."""
 
 from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import running_requests
+from ansible_collections.inferops.runbooks.plugins.module_utils._load import running_requests
 
 
 def load_running_requests(answer: t.Any) -> int | None:

@@ -14,6 +14,8 @@ import json
 import re
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
+
 BLOB_PLACEHOLDER = "[blob data]"
 # What the classifier reads of one line at most: a longer one (a dumped tensor, a huge request) is
 # cut, with a note saying how much was left out, so that no line costs more than this many.
@@ -31,7 +33,6 @@ _JOURNAL_PREFIX = re.compile(
     r" \S+ ([^\s:\[]+)(?:\[(\d+)\])?: "
 )
 _PLATFORM_ERROR_PREFIX = re.compile(r"^ERROR \d{4}-\d\d-\d\dT[\d:.]+Z ")
-_SGLANG_PREFIX = re.compile(r"^\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ")
 _GPU_PREFIX = re.compile(r"^\[gpu(?:_id)?=(\d+)\] ")
 _WORKER_PREFIX = re.compile(r"^\((\w+)(?: rank=(\d+))? pid=(\d+)\) ")
 _TORCH_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
@@ -39,7 +40,6 @@ _LEADING_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)
 
 _LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL", "W": "WARNING", "E": "ERROR", "I": "INFO", "F": "CRITICAL", "D": "DEBUG"}
 _LEVEL_WORDS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
-_VLLM_LEVEL = re.compile(rf"^({_LEVEL_WORDS}) (\d\d-\d\d \d\d:\d\d:\d\d) \[?([\w.\-]+:\d+)\] ")
 _PYLOG_LEVEL = re.compile(rf"^- (?:(\S+) - )?({_LEVEL_WORDS}) - (?:\[[\w.]+\] - )?")
 _UVICORN_LEVEL = re.compile(rf"^({_LEVEL_WORDS}):\s+")
 _BRACKET_LEVEL = re.compile(rf"^\[({_LEVEL_WORDS})\] ")
@@ -70,7 +70,7 @@ class ParsedLine:
         self.logger: str | None = None
         self.rank: str | None = None
         self.timestamp: str | None = None
-        # Lines of a vLLM traceback all carry the same level/location prefix: it names the stream.
+        # Lines of a traceback all carry the same level/location prefix (vLLM's): it names the stream.
         self.stream: str | None = None
         # True when the line carries an engine prefix, so it starts a new record (not a traceback line).
         self.tagged = False
@@ -130,14 +130,32 @@ def parse(text: str, number: int, pid: str | None = None) -> ParsedLine:
     return line
 
 
+class _EnginePrefixes:
+    """The drivers' line prefixes (``_engines``), as ``parse`` tries them: those without a level with the
+    common rank prefixes, those with one before the common levels."""
+
+    ranked: t.Tuple[re.Pattern[str], ...] = ()
+    levelled: t.Tuple[t.Tuple[re.Pattern[str], str], ...] = ()
+    openers: str = "".join(_PREFIX_OPENERS)
+
+
+def _read_engine_prefixes() -> None:
+    prefixes = [prefix for driver in _engines.DRIVERS.values() for prefix in driver.line_prefixes]
+    ranked = [prefix for prefix in prefixes if "level" not in prefix.pattern.groupindex]
+    _EnginePrefixes.ranked = tuple(prefix.pattern for prefix in ranked)
+    _EnginePrefixes.levelled = tuple((prefix.pattern, prefix.openers) for prefix in prefixes if "level" in prefix.pattern.groupindex)
+    _EnginePrefixes.openers = "".join(sorted(set("".join(_PREFIX_OPENERS) + "".join(prefix.openers for prefix in ranked))))
+
+
+_engines.on_change(_read_engine_prefixes)
+
+
 def _strip_engine_prefixes(line: ParsedLine, rest: str) -> str:
-    # every engine prefix starts with a bracket or a parenthesis: most lines are told at once
-    while rest[:1] in _PREFIX_OPENERS:
-        match = _SGLANG_PREFIX.match(rest)
-        if match:
-            day, clock = match.group(1, 2)
-            line.timestamp = f"{day} {clock}" if day else clock
-            line.rank = match.group(3).strip() or line.rank
+    # every rank prefix starts with one of a few characters: most lines are told at once
+    while rest[:1] and rest[:1] in _EnginePrefixes.openers:
+        match = _engine_prefix(rest)
+        if match is not None:
+            _take_engine_prefix(line, match, nested=True)
         elif (match := _WORKER_PREFIX.match(rest)) is not None:
             line.rank = f"rank{match.group(2)}" if match.group(2) else f"pid{match.group(3)}"
             line.stream = match.group(0)
@@ -150,6 +168,30 @@ def _strip_engine_prefixes(line: ParsedLine, rest: str) -> str:
         line.tagged = True
         rest = rest[match.end() :]
     return rest
+
+
+def _engine_prefix(rest: str) -> re.Match[str] | None:
+    for pattern in _EnginePrefixes.ranked:
+        match = pattern.match(rest)
+        if match is not None:
+            return match
+    return None
+
+
+def _take_engine_prefix(line: ParsedLine, match: re.Match[str], nested: bool) -> None:
+    """What a driver's prefix holds, into the line: its timestamp, ranks, level and logger; a level with a
+    logger names the stream. Of rank prefixes nested in each other (a wrapper's around the engine's own),
+    the innermost one's timestamp is the line's; a level prefix's is taken only when none was found."""
+    found = match.groupdict()
+    timestamp, rank, level, logger = found.get("timestamp"), found.get("rank"), found.get("level"), found.get("logger")
+    line.timestamp = (timestamp or line.timestamp) if nested else (line.timestamp or timestamp)
+    line.rank = (rank or "").strip() or line.rank
+    if level:
+        line.level = _level(level)
+        if logger:
+            line.stream = f"{line.stream or ''}{level} {logger}"
+    line.logger = logger or line.logger
+    line.tagged = True
 
 
 def _strip_level(line: ParsedLine, rest: str) -> str:
@@ -166,8 +208,13 @@ def _strip_level(line: ParsedLine, rest: str) -> str:
             line.logger, line.level = pylog.group(1), _level(pylog.group(2))
             return rest[pylog.end() :]
         return rest
+    for pattern, openers in _EnginePrefixes.levelled:
+        engine = pattern.match(rest) if first in openers else None
+        if engine is not None:
+            _take_engine_prefix(line, engine, nested=False)
+            return rest[engine.end() :]
     if first in _LEVEL_INITIALS:
-        level = _level_prefix(line, rest)
+        level = _uvicorn_level(line, rest)
         if level is not None:
             return level
     elif first == "[":
@@ -184,15 +231,8 @@ def _strip_level(line: ParsedLine, rest: str) -> str:
     return rest
 
 
-def _level_prefix(line: ParsedLine, rest: str) -> str | None:
-    """vLLM's ``LEVEL mm-dd hh:mm:ss [file.py:n] `` or uvicorn's ``LEVEL:  ``; the rest of the line."""
-    vllm = _VLLM_LEVEL.match(rest)
-    if vllm:
-        line.level, line.timestamp = _level(vllm.group(1)), line.timestamp or vllm.group(2)
-        line.logger = vllm.group(3)
-        line.stream = f"{line.stream or ''}{vllm.group(1)} {vllm.group(3)}"
-        line.tagged = True
-        return rest[vllm.end() :]
+def _uvicorn_level(line: ParsedLine, rest: str) -> str | None:
+    """uvicorn's ``LEVEL:  ``; the rest of the line."""
     match = _UVICORN_LEVEL.match(rest)
     if match:
         line.level = _level(match.group(1))

@@ -27,7 +27,6 @@ import typing as t
 import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
-from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import running_requests
 
 READ_TIMEOUT = 10.0  # seconds one read of an endpoint may take
 MAX_BODY = 4 * 1024 * 1024  # a /metrics page of a large server is a few hundred KiB
@@ -100,6 +99,51 @@ def count_any(body: bytes) -> int | None:
     return running_requests(text if answer is None else answer)
 
 
+def metrics_gauges() -> tuple[str, ...]:
+    """The gauges of running and queued requests of every driver's /metrics (``load_sources``)."""
+    return tuple(gauge for driver in _engines.DRIVERS.values() for source in driver.load_sources for gauge in source.gauges)
+
+
+def running_requests(answer: t.Any) -> int | None:
+    """Requests a server still runs or queues, from the answer of its load or metrics endpoint, as JSON
+    or as the text of a /metrics page (the filter ``running_requests`` reads it so).
+
+    Understands SGLang's ``/get_load`` (a list with ``num_reqs`` per data-parallel rank, running
+    and waiting), ``/v1/loads`` (``num_running_reqs`` plus ``num_waiting_reqs`` of each rank; early 2026:
+    ``aggregate.total_reqs``), vLLM's ``/load`` (``server_load``: the requests its API server is
+    handling) and any engine's ``/metrics`` text (the gauges of its driver's load sources added up).
+    None when the answer is none of these.
+    """
+    if isinstance(answer, (list, tuple)):
+        counts = [_count(rank.get("num_reqs")) if isinstance(rank, t.Mapping) else None for rank in answer]
+        return None if not counts or None in counts else sum(t.cast("list[int]", counts))
+    if isinstance(answer, t.Mapping):
+        aggregate = answer.get("aggregate")
+        if isinstance(aggregate, t.Mapping):
+            return _count(aggregate.get("total_reqs"))
+        if "server_load" in answer:
+            return _count(answer.get("server_load"))
+        loads = answer.get("loads")
+        if isinstance(loads, (list, tuple)):
+            return running_requests([{"num_reqs": _rank_requests(rank)} for rank in loads if isinstance(rank, t.Mapping)])
+        return None
+    if isinstance(answer, str):
+        return metric_counter(*metrics_gauges())(answer.encode("utf-8"))
+    return None
+
+
+def _rank_requests(rank: t.Mapping[str, t.Any]) -> int | None:
+    """One rank of ``/v1/loads``: running plus waiting (current servers), or ``num_total_reqs``."""
+    running, waiting = _count(rank.get("num_running_reqs")), _count(rank.get("num_waiting_reqs"))
+    return running + waiting if running is not None and waiting is not None else _count(rank.get("num_total_reqs"))
+
+
+def _count(value: t.Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
+
+
 class LoadEndpoint(t.NamedTuple):
     """One place a server publishes its load: its path, whether the server guards it with its API
     key, and what its answer says (the requests running and waiting, None when it says nothing)."""
@@ -112,8 +156,9 @@ class LoadEndpoint(t.NamedTuple):
 def endpoints(engine: str) -> tuple[LoadEndpoint, ...]:
     """Where an engine publishes its load (its driver's load sources), in the order they are tried;
     for ``auto`` every driver's, one endpoint per path (a /metrics page read for every engine's gauges)."""
-    if engine not in _engines.ENGINE_NAMES:
-        raise LoadError(f"no load endpoints are known for engine {engine!r} (one of {', '.join(_engines.ENGINE_NAMES)})")
+    names = _engines.engine_names()
+    if engine not in names:
+        raise LoadError(f"no load endpoints are known for engine {engine!r} (one of {', '.join(names)})")
     sources: dict[str, _engines.LoadSource] = {}
     for driver in _engines.drivers_for(engine):
         for source in driver.load_sources:

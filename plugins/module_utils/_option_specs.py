@@ -16,9 +16,10 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 
 ENGINES = _engines.ENGINE_NAMES
+# the engine a journal is read for unless told otherwise, and its driver's unit and health endpoint
 DEFAULT_ENGINE = "sglang"
-DEFAULT_UNIT = "sglang.service"
-DEFAULT_HEALTH_URL = "http://127.0.0.1:30000/health_generate"
+DEFAULT_UNIT = _engines.get(DEFAULT_ENGINE).default_unit
+DEFAULT_HEALTH_URL = f"http://127.0.0.1:{_engines.get(DEFAULT_ENGINE).default_port}{_engines.get(DEFAULT_ENGINE).health_path}"
 
 Spec = t.Dict[str, t.Dict[str, t.Any]]
 

@@ -646,8 +646,9 @@ def load_rules(engine: str = "auto", extra_rules: t.Sequence[t.Any] | None = Non
 def engine_packs(engine: str) -> list[tuple[str, list[dict[str, t.Any]]]]:
     """The shipped packs of an engine's journal, by pack name: its driver's, then the common rules
     with its changes; every driver's (and the common rules unchanged) for ``auto``."""
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise RuleError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    names = _engines.engine_names()
+    if not isinstance(engine, str) or engine not in names:
+        raise RuleError(f"engine {engine!r} is not one of {', '.join(names)}")
     drivers = _engines.drivers_for(engine)
     changes = drivers[0].rule_changes if engine in _engines.DRIVERS else {}
     common = [dict(spec, **changes.get(spec["id"], {})) for spec in COMMON]

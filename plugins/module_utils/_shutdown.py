@@ -23,10 +23,9 @@ from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 
 # what systemctl show is asked for
 PROPERTIES = ("ExecStart", "TimeoutStopUSec")
-# seconds after the drain in which vLLM's engine process frees its device before it is killed: the
-# longest window its source gives it (vllm/v1/engine/utils.py, ROCM_ENGINE_PROCESS_SHUTDOWN_TIMEOUT_S, 0.32.0)
-TEARDOWN_SECONDS = 15
-_FLAG = re.compile(r"(?:^|\s)--shutdown[-_]timeout(?:=|\s+)(\d+)(?=\s|;|$)")
+# seconds after the drain in which an engine's process frees its device before it is killed: the longest
+# of the drivers' (``teardown_seconds``)
+TEARDOWN_SECONDS = max(driver.teardown_seconds for driver in _engines.DRIVERS.values())
 _ARGV = re.compile(r"argv\[\]=(.*?)(?: ; \w+=|\s*\}|$)")
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w|M|y)?(?=\s|$)")
 _UNIT_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1, None: 1, "min": 60, "h": 3600, "d": 86400, "w": 604800, "M": 2629800, "y": 31557600}
@@ -42,15 +41,29 @@ def show_values(text: str) -> dict[str, str]:
     return values
 
 
-def shutdown_timeout(exec_start: str) -> int | None:
-    """The seconds of ``--shutdown-timeout`` in ExecStart's command line (systemctl show's ``argv[]=``
-    field, or a plain command line), None when it is not given."""
+def shutdown_timeout(exec_start: str, engine: str | None = None) -> int | None:
+    """The seconds of the engine's drain flag (vLLM's ``--shutdown-timeout``; any driver's when the engine
+    is not known) in ExecStart's command line (systemctl show's ``argv[]=`` field, or a plain command
+    line), None when it is not given."""
+    found = _drain_flag(exec_start, engine)
+    return None if found is None else found[1]
+
+
+def _drain_flag(exec_start: str, engine: str | None) -> tuple[_engines.EngineDriver, int] | None:
+    """The driver whose drain flag the command line gives, and its seconds."""
     argv = _ARGV.findall(exec_start) or [exec_start]
     for command in argv:
-        found = _FLAG.search(command)
-        if found:
-            return int(found.group(1))
+        for driver in _flag_drivers(engine):
+            found = t.cast("re.Pattern[str]", driver.drain_flag).search(command)
+            if found:
+                return driver, int(found.group(1))
     return None
+
+
+def _flag_drivers(engine: str | None) -> list[_engines.EngineDriver]:
+    """The drivers whose drain a flag of the command line bounds: the engine's, or every such driver."""
+    drivers = [_engines.get(engine)] if engine in _engines.DRIVERS else _engines.DRIVERS.values()
+    return [driver for driver in drivers if driver.stop_drain == "flag" and driver.drain_flag is not None]
 
 
 def timespan_seconds(text: str) -> float | None:
@@ -88,22 +101,22 @@ def graceful_shutdown(values: t.Mapping[str, str], unit: str, engine: str | None
         engine = engine_of_command(exec_start)
     stop = timespan_seconds(values.get("TimeoutStopUSec", ""))
     if engine is not None and _engines.get(engine).stop_drain == "unbounded":
-        return _unbounded_stop(engine, stop, unit, drain_before_stop, known=bool(values.get("TimeoutStopUSec")))
-    found = _vllm_stop(shutdown_timeout(exec_start), stop, unit)
+        return _unbounded_stop(_engines.get(engine), stop, unit, drain_before_stop, known=bool(values.get("TimeoutStopUSec")))
+    found = _flag_bounded_stop(_drain_flag(exec_start, engine), stop, unit)
     return {"engine": engine, **found}
 
 
-def _unbounded_stop(engine: str, stop: float | None, unit: str, drain_before_stop: bool | None, known: bool) -> dict[str, t.Any]:
+def _unbounded_stop(driver: _engines.EngineDriver, stop: float | None, unit: str, drain_before_stop: bool | None, known: bool) -> dict[str, t.Any]:
     warning = None
     if drain_before_stop is False and known:
         limit = "no limit: systemd waits as long as a request runs (TimeoutStopSec=infinity)" if stop is None else f"{stop:g} s (TimeoutStopSec)"
         warning = (
-            f"{unit}: no drain precedes the stop (no load URL), and SGLang drains its running requests on SIGTERM with no bound of its own"
-            f" (sigterm_watchdog); it may drain for {limit}, then systemd kills it and the requests still running are lost."
+            f"{unit}: no drain precedes the stop (no load URL), and {driver.drain_words};"
+            f" it may drain for {limit}, then systemd kills it and the requests still running are lost."
             " Set a load URL to drain before the stop, or TimeoutStopSec to the longest request you will wait for, in a drop-in."
         )
     return {
-        "engine": engine,
+        "engine": driver.name,
         "shutdown_timeout": None,
         "stop_timeout": stop,
         "cut_short": False,
@@ -113,14 +126,16 @@ def _unbounded_stop(engine: str, stop: float | None, unit: str, drain_before_sto
     }
 
 
-def _vllm_stop(drain: int | None, stop: float | None, unit: str) -> dict[str, t.Any]:
-    needed = None if not drain else drain + TEARDOWN_SECONDS
+def _flag_bounded_stop(flag: tuple[_engines.EngineDriver, int] | None, stop: float | None, unit: str) -> dict[str, t.Any]:
+    driver, drain = flag if flag is not None else (None, None)
+    needed = None if not drain or driver is None else drain + driver.teardown_seconds
     cut_short = needed is not None and stop is not None and stop < needed
     warning = None
-    if cut_short:
+    if cut_short and driver is not None:
+        teardown = driver.teardown_seconds
         warning = (
-            f"{unit}: vLLM drains running requests for up to {drain} s on a stop (--shutdown-timeout {drain}), but systemd kills"
+            f"{unit}: {driver.drain_words} for up to {drain} s on a stop ({driver.drain_flag_name} {drain}), but systemd kills"
             f" the unit after TimeoutStopSec={stop:g}s: the drain would be cut short and its requests lost. Set TimeoutStopSec"
-            f" to at least {needed} s (the drain plus {TEARDOWN_SECONDS} s to stop the engine), in a drop-in: [Service] TimeoutStopSec={needed}"
+            f" to at least {needed} s (the drain plus {teardown} s to stop the engine), in a drop-in: [Service] TimeoutStopSec={needed}"
         )
     return {"shutdown_timeout": drain, "stop_timeout": stop, "cut_short": cut_short, "warning": warning}

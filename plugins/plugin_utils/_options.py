@@ -23,7 +23,6 @@ import urllib.parse
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
-from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems, url_problem
 from ansible_collections.inferops.runbooks.plugins.module_utils._health import HealthURLError, split_url
 from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import (
     CLASSIFIER_OPTIONS,
@@ -34,6 +33,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs im
 )
 from ansible_collections.inferops.runbooks.plugins.module_utils._rules import PHASES, check_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import unit_name_problem
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._deploy import deploy_option_problems, url_problem
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import COMMA_TEXT, ROLE_SPECS, YAML_TEXT
 
 # The wait's own options (wait_ready); its module documentation carries their descriptions.

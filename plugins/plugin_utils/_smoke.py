@@ -18,12 +18,14 @@ import time
 import typing as t
 import urllib.parse
 
+from ansible_collections.inferops.runbooks.plugins.module_utils import _engines
+from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import DEFAULT_ENGINE
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollout import generated
 
 PROMPT = "The capital of France is"
-# the model SGLang accepts when the list of models cannot be read
-FALLBACK_MODEL = "default"
+# the model named when the list of models cannot be read (the engine's driver's ``fallback_model``)
+FALLBACK_MODEL = _engines.get(DEFAULT_ENGINE).fallback_model
 JOURNAL_TRIES = 6
 JOURNAL_DELAY = 1.0
 
@@ -39,15 +41,18 @@ def _body(answer: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     return body if isinstance(body, dict) else {}
 
 
-def first_model(answer: t.Mapping[str, t.Any]) -> str:
-    """The first model ``/v1/models`` lists; SGLang's fallback name when it lists none."""
+def first_model(answer: t.Mapping[str, t.Any], engine: str = DEFAULT_ENGINE) -> str:
+    """The first model ``/v1/models`` lists; the engine's fallback name when it lists none (the first
+    driver's for ``auto``)."""
     data = _body(answer).get("data")
     data = data if isinstance(data, list) else []
     names = [entry["id"] for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
-    return names[0] if names else FALLBACK_MODEL
+    return names[0] if names else _engines.drivers_for(engine)[0].fallback_model
 
 
-def smoke_test(steps: Steps, url: str, model: str, headers: dict[str, str], timeout: int, scan: t.Mapping[str, t.Any]) -> tuple[Result, Result]:
+def smoke_test(
+    steps: Steps, url: str, model: str, headers: dict[str, str], timeout: int, scan: t.Mapping[str, t.Any], engine: str = DEFAULT_ENGINE
+) -> tuple[Result, Result]:
     """(the answer, the journal read again after a failed one or {})."""
     request = {"method": "GET", "headers": headers, "timeout": timeout}
     if not model:
@@ -60,7 +65,7 @@ def smoke_test(steps: Steps, url: str, model: str, headers: dict[str, str], time
             always=True,
             secret=bool(headers),
         )
-        model = first_model(listed)
+        model = first_model(listed, engine)
     body = {"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0}
     answer = steps.module(
         "smoke",

@@ -172,7 +172,9 @@ class Start:
     def smoke(self, seen: Seen) -> None:
         options = self.options
         scan = scan_args(options, str(seen.wait.get("invocation_id") or ""), self.redact) if not self.prefix else {}
-        answer, journal = smoke_test(self.steps, options["smoke_url"], options["smoke_model"], bearer(self.api_key), options["smoke_timeout"], scan)
+        answer, journal = smoke_test(
+            self.steps, options["smoke_url"], options["smoke_model"], bearer(self.api_key), options["smoke_timeout"], scan, options["engine"]
+        )
         seen.smoke, seen.smoke_journal = kept_answer(answer), (kept(journal) if not generated(answer) else {})
 
     def canary(self, seen: Seen, run_id: str) -> None:

@@ -32,6 +32,7 @@ from collections import deque
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _history
 from ansible_collections.inferops.runbooks.plugins.module_utils._engines import drivers_for
+from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import DEFAULT_UNIT
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import empty_report, merge_reports, phase_index
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import identity
 from ansible_collections.inferops.runbooks.plugins.module_utils._types import (
@@ -70,7 +71,7 @@ LOOK_MARGIN = 2.0  # a look ends at least this long (or half again its recent ov
 class Settings:
     """The wait's options (see the wait_ready module documentation)."""
 
-    unit: str = "sglang.service"
+    unit: str = DEFAULT_UNIT
     host: str = "host"
     budget: float = 3600.0
     stall_limit: float = 900.0

@@ -25,6 +25,18 @@ class DecodeLog(t.NamedTuple):
     parse: t.Callable[[str], t.Optional[t.Dict[str, float]]]
 
 
+class LinePrefix(t.NamedTuple):
+    """A prefix an engine's logger writes before its messages, matched where the journal's prefix ends.
+    Its named groups say what it holds: ``timestamp``, ``rank`` (the ranks of the process that logged
+    it), ``level`` and ``logger`` (the file and line that logged it; with ``level``, it names the
+    stream a traceback's lines share). A prefix without ``level`` may follow another (a worker's
+    ``(EngineCore pid=1)``, a torch rank) or be followed by one; a prefix with ``level`` is the last."""
+
+    pattern: re.Pattern[str]
+    # the characters the prefix can begin with: a line that begins with none of them is not tried
+    openers: str
+
+
 class LoadSource(t.NamedTuple):
     """One place an engine publishes how many requests it runs and queues: its path, whether the
     server guards it with its API key, the shape of its answer (``v1_loads``, ``get_load`` or
@@ -59,11 +71,35 @@ class EngineDriver(t.NamedTuple):
     timings_pattern: t.Optional[re.Pattern[str]]
     # where the drain reads the load, in the order the places are tried
     load_sources: t.Tuple[LoadSource, ...]
+    # the prefixes the engine's own logger writes, tried before the common ones (``_lines``)
+    line_prefixes: t.Tuple[LinePrefix, ...]
+    # where the server listens unless told otherwise, and its paths: the health endpoint the start's
+    # gates probe, the OpenAI completions a smoke test generates through (the load is read at the
+    # first of ``load_sources``)
+    default_port: int
+    health_path: str
+    smoke_path: str
+    # the systemd unit of a server that does not name its own
+    default_unit: str
+    # the model a smoke test names when the server's /v1/models cannot be read
+    fallback_model: str
+    # the serving watch's figures in /metrics: the gauge of running requests, the counter of generated tokens
+    serving_gauges: t.Tuple[str, str]
+    # the path the serving watch generates one token through: the engine's own, which needs no model
+    # name, or the OpenAI completions (the model read from /v1/models)
+    watch_generate_path: str
     # a unit's command line (ExecStart) that runs the engine's server
     command_pattern: t.Optional[re.Pattern[str]] = None
     # how the engine drains its running requests on SIGTERM: ``flag`` for as long as a flag of its command
     # line says (none: not at all), ``unbounded`` until they are done (systemd's TimeoutStopSec is the limit)
     stop_drain: str = "flag"
+    # how the stop's warnings say the engine drains (``vLLM drains running requests``)
+    drain_words: str = ""
+    # for ``flag``: the flag in the command line (group 1: its seconds) and its name, and the seconds the
+    # engine takes to stop once the drain is over
+    drain_flag: t.Optional[re.Pattern[str]] = None
+    drain_flag_name: str = ""
+    teardown_seconds: int = 0
     # the path that says whether the server sleeps (vLLM's sleep mode, GET /is_sleeping), None when it has none
     sleep_path: t.Optional[str] = None
     # what a node of rank 1 or more of a deployment serves over HTTP: ``placeholder`` (a health endpoint that

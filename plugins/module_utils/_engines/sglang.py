@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LoadSource
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LinePrefix, LoadSource
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import SGLANG
 
 # every 40 decode steps by default: ``Decode batch. #running-req: 16, #token: 17992, token usage:
@@ -67,8 +67,19 @@ DRIVER = EngineDriver(
         LoadSource("/get_load", keyed=True, shape="get_load"),
         LoadSource("/metrics", keyed=False, shape="metrics", gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs")),
     ),
+    # ``[2025-03-08 12:29:21 TP0] `` (the day left out by older servers), with the ranks of the process
+    line_prefixes=(LinePrefix(re.compile(r"^\[(?P<timestamp>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?P<rank>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] "), "["),),
+    default_port=30000,
+    health_path="/health_generate",
+    smoke_path="/v1/completions",
+    default_unit="sglang.service",
+    # SGLang serves its one model under any name
+    fallback_model="default",
+    serving_gauges=("sglang:num_running_reqs", "sglang:generation_tokens_total"),
+    watch_generate_path="/generate",
     command_pattern=re.compile(r"(?:^|[\s/=])(?:sglang(?:\.launch_server|\.srt\.|\s+serve\b)|-m\s+sglang\b)"),
     # sigterm_watchdog: health answers 503 and the server waits until its running requests are done, with no
     # bound of its own (no flag sets one; SGL_FORCE_SHUTDOWN or an unhealthy server exits at once)
     stop_drain="unbounded",
+    drain_words="SGLang drains its running requests on SIGTERM with no bound of its own (sigterm_watchdog)",
 )

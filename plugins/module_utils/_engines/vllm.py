@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LoadSource
+from ansible_collections.inferops.runbooks.plugins.module_utils._engines._driver import DecodeLog, EngineDriver, LinePrefix, LoadSource
 from ansible_collections.inferops.runbooks.plugins.module_utils._rule_packs import VLLM
+
+_LEVEL_WORDS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 
 # every 10 s while it serves: ``Avg prompt throughput: 0.0 tokens/s, Avg generation throughput:
 # 812.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, ...``
@@ -61,9 +63,26 @@ DRIVER = EngineDriver(
     ),
     timings_pattern=None,
     load_sources=(LoadSource("/metrics", keyed=False, shape="metrics", gauges=("vllm:num_requests_running", "vllm:num_requests_waiting")),),
+    # ``ERROR 07-09 00:57:28 [file.py:487] ``
+    line_prefixes=(LinePrefix(re.compile(rf"^(?P<level>{_LEVEL_WORDS}) (?P<timestamp>\d\d-\d\d \d\d:\d\d:\d\d) \[?(?P<logger>[\w.\-]+:\d+)\] "), "DIWCEF"),),
+    default_port=8000,
+    # /health answers 200 while the engine cannot generate: the smoke test generates (smoke_by_default)
+    health_path="/health",
+    smoke_path="/v1/completions",
+    default_unit="vllm.service",
+    # vLLM answers 404 for a model it does not serve: the smoke test then fails, as it should
+    fallback_model="default",
+    serving_gauges=("vllm:num_requests_running", "vllm:generation_tokens_total"),
+    watch_generate_path="/v1/completions",
     command_pattern=re.compile(r"(?:^|[\s/=])(?:vllm\s+serve\b|vllm\.entrypoints\.|-m\s+vllm\b)"),
     # --shutdown-timeout N (0.18 and later): the running requests drain for up to N s (default 0: aborted at once)
     stop_drain="flag",
+    drain_words="vLLM drains running requests",
+    drain_flag=re.compile(r"(?:^|\s)--shutdown[-_]timeout(?:=|\s+)(\d+)(?=\s|;|$)"),
+    drain_flag_name="--shutdown-timeout",
+    # the longest window its source gives its engine process to free its device after the drain
+    # (vllm/v1/engine/utils.py, ROCM_ENGINE_PROCESS_SHUTDOWN_TIMEOUT_S, 0.32.0)
+    teardown_seconds=15,
     # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1: {"is_sleeping": true|false} (module_utils/_sleep.py)
     sleep_path="/is_sleeping",
     # data parallelism over nodes: node 0 runs the API server (--data-parallel-address, --data-parallel-rpc-port),

@@ -12,10 +12,11 @@ import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils import _engines, _load
 from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import Call, CallFailed, Host, Params, Result, serve
+from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import DEFAULT_ENGINE
 
 SERVER_LOAD_SPEC: dict[str, t.Any] = {
     "url": {"type": "str", "required": True},
-    "engine": {"type": "str", "default": "sglang", "choices": list(_engines.ENGINE_NAMES)},
+    "engine": {"type": "str", "default": DEFAULT_ENGINE, "choices": list(_engines.ENGINE_NAMES)},
     "api_key": {"type": "str", "no_log": True},
     "timeout": {"type": "float", "default": 300},
     "interval": {"type": "float", "default": 5},

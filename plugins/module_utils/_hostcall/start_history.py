@@ -13,10 +13,11 @@ import typing as t
 from ansible_collections.inferops.runbooks.plugins.module_utils import _engines, _history, _run_record
 from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import RuleError, load_rules
 from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import Call, CallFailed, Host, Params, Result, serve
+from ansible_collections.inferops.runbooks.plugins.module_utils._option_specs import DEFAULT_ENGINE, DEFAULT_UNIT
 from ansible_collections.inferops.runbooks.plugins.module_utils._systemd import JournalReader, SystemdError, is_invocation_id, journal_command, unit_name
 
 START_HISTORY_SPEC: dict[str, t.Any] = {
-    "unit": {"type": "str", "default": "sglang.service"},
+    "unit": {"type": "str", "default": DEFAULT_UNIT},
     "state_dir": {"type": "path", "default": _run_record.STATE_DIR},
     "invocation_id": {"type": "str"},
     "outcome": {"type": "str", "choices": list(_history.OUTCOMES)},
@@ -30,7 +31,7 @@ START_HISTORY_SPEC: dict[str, t.Any] = {
     "fail_on_new": {"type": "bool", "default": False},
     "stall_limit": {"type": "float", "default": 900},
     "stall_limits": {"type": "dict", "default": {}},
-    "engine": {"type": "str", "default": "sglang", "choices": list(_engines.ENGINE_NAMES)},
+    "engine": {"type": "str", "default": DEFAULT_ENGINE, "choices": list(_engines.ENGINE_NAMES)},
     "extra_rules": {"type": "list", "elements": "dict", "default": []},
     "disabled_rules": {"type": "list", "elements": "str", "default": []},
     "redact": {"type": "list", "elements": "str", "default": [], "no_log": True},

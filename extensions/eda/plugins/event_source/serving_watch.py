@@ -148,12 +148,29 @@ EXAMPLES = r"""
         interval: 30
 """
 
-ENGINES = ("sglang", "vllm")
-# the metric names of each engine: requests running, generated tokens
-METRICS = {
-    "sglang": ("sglang:num_running_reqs", "sglang:generation_tokens_total"),
-    "vllm": ("vllm:num_requests_running", "vllm:generation_tokens_total"),
+
+@dataclass(frozen=True)
+class Engine:
+    """What the watch needs of an engine: its unit (a server that names none), its metrics (requests
+    running, generated tokens), the path it generates one token through and, with a sleep mode, the path
+    that says whether it sleeps."""
+
+    unit: str
+    running_metric: str
+    tokens_metric: str
+    generate_path: str
+    sleep_path: str | None = None
+
+
+# The engines' drivers in the collection (plugins/module_utils/_engines/) say the same: an event source is
+# run by file path, outside the collection's imports, so the table is written here and a unit test
+# (tests/unit/engines/test_documented_engines.py) holds it to the drivers.
+ENGINES: dict[str, Engine] = {
+    "sglang": Engine("sglang.service", "sglang:num_running_reqs", "sglang:generation_tokens_total", "/generate"),
+    "vllm": Engine("vllm.service", "vllm:num_requests_running", "vllm:generation_tokens_total", "/v1/completions", "/is_sleeping"),
 }
+# the one-token generation through the engine's own path (SGLang's /generate: no model name needed)
+NATIVE_GENERATE_PATH = "/generate"
 # option: (kind, default, smallest allowed value)
 NUMBER_OPTIONS: dict[str, tuple[type, float, float]] = {
     "interval": (float, 30.0, 0.1),
@@ -167,8 +184,6 @@ NUMBER_OPTIONS: dict[str, tuple[type, float, float]] = {
 }
 TEXT_OPTIONS = {"engine": "sglang", "api_key": "", "prompt": "Hello"}
 SERVER_KEYS = ("host", "url", "engine", "api_key", "model", "unit")
-# the unit of a server that does not name its own
-DEFAULT_UNITS = {"sglang": "sglang.service", "vllm": "vllm.service"}
 NAME = "serving_watch"
 LOGGER = logging.getLogger(NAME)
 SAMPLE_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
@@ -266,7 +281,7 @@ def _server(entry: object, index: int, engine: str, api_key: str) -> Server:
         engine=server_engine,
         api_key=_text({"api_key": api_key, **entry}, "api_key", where),
         model=_text(entry, "model", where),
-        unit=_text({"unit": DEFAULT_UNITS[server_engine], **entry}, "unit", where),
+        unit=_text({"unit": ENGINES[server_engine].unit, **entry}, "unit", where),
     )
 
 
@@ -341,7 +356,7 @@ class Counters:
 
 def parse_metrics(text: str, engine: str) -> Counters | None:
     """The engine's running requests and generated tokens in Prometheus text (summed over label sets)."""
-    running_name, tokens_name = METRICS[engine]
+    running_name, tokens_name = ENGINES[engine].running_metric, ENGINES[engine].tokens_metric
     sums: dict[str, float] = {}
     found: set[str] = set()
     for line in text.splitlines():
@@ -513,9 +528,10 @@ def is_sleeping(body: str) -> bool:
 
 def generation_request(server: Server, model: str, prompt: str) -> tuple[str, dict[str, Any]]:
     """(path, body) of a one-token generation on the server's engine."""
-    if server.engine == "sglang":
-        return "/generate", {"text": prompt, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
-    return "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    path = ENGINES[server.engine].generate_path
+    if path == NATIVE_GENERATE_PATH:
+        return path, {"text": prompt, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    return path, {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
 
 
 class Queue(Protocol):
@@ -531,8 +547,9 @@ class Watch:
         self.pool = pool
         self.state = ServerState()
         self.model = server.model
-        # whether the server has vLLM's /is_sleeping: asked (None), yes, or no (404: not again)
-        self.sleep_route: bool | None = None if server.engine == "vllm" else False
+        # whether the server has a sleep mode (vLLM's /is_sleeping): asked (None), yes, or no (404: not again)
+        self.sleep_path = ENGINES[server.engine].sleep_path
+        self.sleep_route: bool | None = None if self.sleep_path else False
         self.asleep = False
 
     async def call(self, path: str, timeout: float, payload: Mapping[str, Any] | None = None, api_key: str = "") -> Answer:
@@ -543,7 +560,7 @@ class Watch:
         """vLLM's sleep state: the /is_sleeping answer when the server sleeps, else None."""
         if self.sleep_route is False:
             return None
-        answer = await self.call("/is_sleeping", self.options.request_timeout, api_key=self.server.api_key)
+        answer = await self.call(str(self.sleep_path), self.options.request_timeout, api_key=self.server.api_key)
         if answer.status == 404:
             self.sleep_route = False
             return None
@@ -571,7 +588,7 @@ class Watch:
         return Look(at=time.monotonic(), metrics=metrics, counters=counters, generation=generation)
 
     async def generate(self) -> Answer:
-        if self.server.engine == "vllm" and not self.model:
+        if ENGINES[self.server.engine].generate_path != NATIVE_GENERATE_PATH and not self.model:
             models = await self.call("/v1/models", self.options.request_timeout, api_key=self.server.api_key)
             if not models.ok:
                 return models

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.module_utils._deploy import deploy_option_problems, running_requests
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._deploy import deploy_option_problems, running_requests
 
 DEFAULTS: dict[str, Any] = {
     "dropin_name": "50-inferops-deploy.conf",

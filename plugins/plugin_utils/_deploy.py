@@ -1,10 +1,12 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Deploying a change with a restart: the checks of the deploy, rollback and traffic variables,
-and how many requests a server still runs, read from its load or metrics endpoint.
+"""Deploying a change with a restart: the checks of the deploy, rollback and traffic variables, and
+how many requests a server still runs, read from its load or metrics endpoint (``_load``'s reader,
+the one that the drain on the host uses).
 
-Standard library only, no Ansible imports. The role ``sglang_restart`` calls these through the
-filters in ``plugins/filter/deploy.py`` on the controller, before anything on a host is touched.
+Private to the collection; may change at any time. Controller side: ``plugin_utils/_options`` checks
+the role's variables with these, and ``plugins/filter/deploy.py`` reads a load answer, before
+anything on a host is touched.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ import os.path
 import re
 import typing as t
 import urllib.parse
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._load import running_requests
+
+__all__ = ["deploy_option_problems", "running_requests", "url_problem"]
 
 PREFIX = "sglang_restart_"
 
@@ -27,14 +33,6 @@ BOOLS = ("force_restart", "rollback", "verify_unit")
 HOOK_LISTS = ("drain_hooks", "restore_hooks")
 SECRETS = ("router_api_key",)
 URLS = ("router_url", "worker_url", "load_url")
-
-# Prometheus gauges of running and queued requests (SGLang's /metrics).
-# SGLang's running and queued requests, and vLLM's (vllm:num_requests_waiting_by_reason splits the same
-# waiting requests by reason: not counted twice)
-METRIC_SAMPLE = re.compile(
-    r"^(sglang:num_running_reqs|sglang:num_queue_reqs|vllm:num_requests_running|vllm:num_requests_waiting)(\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
-    re.MULTILINE,
-)
 
 
 def deploy_option_problems(options: t.Mapping[str, t.Any], base_dir: str = ".") -> list[str]:
@@ -137,47 +135,6 @@ def as_bool(value: t.Any) -> bool | None:
         return value
     text = str(value).strip().lower() if isinstance(value, (str, int)) else None
     return True if text in TRUE_WORDS else False if text in FALSE_WORDS else None
-
-
-def running_requests(answer: t.Any) -> int | None:
-    """Requests a server still runs or queues, from the answer of its load or metrics endpoint.
-
-    Understands SGLang's ``/get_load`` (a list with ``num_reqs`` per data-parallel rank, running
-    and waiting), ``/v1/loads`` (``num_running_reqs`` plus ``num_waiting_reqs`` of each rank; early 2026:
-    ``aggregate.total_reqs``) and ``/metrics`` text
-    (``sglang:num_running_reqs`` plus ``sglang:num_queue_reqs``), and vLLM's ``/metrics`` text
-    (``vllm:num_requests_running`` plus ``vllm:num_requests_waiting``) and ``/load``
-    (``server_load``: the requests its API server is handling). None when the answer is none of these.
-    """
-    if isinstance(answer, (list, tuple)):
-        counts = [_count(rank.get("num_reqs")) if isinstance(rank, t.Mapping) else None for rank in answer]
-        return None if not counts or None in counts else sum(t.cast("list[int]", counts))
-    if isinstance(answer, t.Mapping):
-        aggregate = answer.get("aggregate")
-        if isinstance(aggregate, t.Mapping):
-            return _count(aggregate.get("total_reqs"))
-        if "server_load" in answer:
-            return _count(answer.get("server_load"))
-        loads = answer.get("loads")
-        if isinstance(loads, (list, tuple)):
-            return running_requests([{"num_reqs": _rank_requests(rank)} for rank in loads if isinstance(rank, t.Mapping)])
-        return None
-    if isinstance(answer, str):
-        samples = METRIC_SAMPLE.findall(answer)
-        return int(sum(float(value) for _name, _labels, value in samples)) if samples else None
-    return None
-
-
-def _rank_requests(rank: t.Mapping[str, t.Any]) -> int | None:
-    """One rank of ``/v1/loads``: running plus waiting (current servers), or ``num_total_reqs``."""
-    running, waiting = _count(rank.get("num_running_reqs")), _count(rank.get("num_waiting_reqs"))
-    return running + waiting if running is not None and waiting is not None else _count(rank.get("num_total_reqs"))
-
-
-def _count(value: t.Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        return None
-    return int(value)
 
 
 def _kind(value: t.Any) -> str:
