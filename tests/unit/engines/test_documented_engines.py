@@ -46,7 +46,7 @@ def engine_choices(document: t.Any) -> list[list[str]]:
     found: list[list[str]] = []
     if isinstance(document, dict):
         for name, value in document.items():
-            if str(name).split("_")[-1] == "engine" and isinstance(value, dict) and "choices" in value:
+            if str(name).rsplit("_", maxsplit=1)[-1] == "engine" and isinstance(value, dict) and "choices" in value:
                 found.append(list(value["choices"]))
             found += engine_choices(value)
     elif isinstance(document, list):
