@@ -85,8 +85,10 @@ def test_a_worker_that_dies_while_joining_fails_the_deployment_whole_with_its_ev
     run = run_restart(run_playbook, cluster, reports)
     out = run.output
     assert run.returncode != 0, run
-    assert f"deployment dp (2 nodes: sim1, sim2) {UNIT}: FAIL (fatal_log)" in out
-    assert "root cause: sim2 (node 1), fatal_log" in out and "Some Ray subprocesses exited unexpectedly" in out
+    # the worker joined (ready on its own evidence), then its raylet died during its soak, before node 0 served
+    assert f"deployment dp (2 nodes: sim1, sim2) {UNIT}: FAIL (soak_failed)" in out
+    assert "root cause: sim2 (node 1), soak_failed" in out and "[vllm-ray-subprocesses-exited]" in out
+    assert "sim1 node 0: FAIL" in out and "health not probed (headless, no HTTP)" in out
     report = json.loads((reports / "dp.json").read_text())
     root = report["root_cause"]
     assert isinstance(root, dict) and root["host"] == "sim2"
