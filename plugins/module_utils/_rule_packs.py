@@ -833,9 +833,11 @@ VLLM: RulePack = [
         "id": "vllm-ray-placement-group-failed",
         "class": "fatal",
         "pattern": r"Cannot provide a placement group (?:of|requiring)|The number of required \w+s exceeds the total number of available \w+s in the placement "
-        r"group\. Required number of devices|Current node has no \w+ available\. .*vLLM engine cannot start without",
+        r"group\. Required number of devices|Current node has no \w+ available\. .*vLLM engine cannot start without"
+        r"|Not enough resources to allocate \d+ (?:DP ranks|placement groups)",
         "reason": "The Ray cluster does not have the devices vLLM needs (a worker node missing, or too few devices): the engine does not start.",
-        "reference": f"{VLLM_SOURCE}/vllm/v1/executor/ray_utils.py (_wait_until_pg_ready, initialize_ray_cluster)",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/executor/ray_utils.py (_wait_until_pg_ready, initialize_ray_cluster);"
+        " vllm/v1/engine/utils.py (CoreEngineActorManager.create_dp_placement_groups, --data-parallel-backend ray: no wait)",
     },
     # -- survived: ERROR lines after which vLLM's own code carries on, one rule a source file (_survived)
     *survived_rules(),

@@ -35,6 +35,11 @@ NO_DEVICE = (
     "ValueError: Current node has no GPU available. current_node_resource={'CPU': 8.0}. vLLM engine cannot start without GPU. "
     "Make sure you have at least 1 GPU available in a node current_node_id='ab12' current_ip='10.77.0.2'."
 )
+# vllm/v1/engine/utils.py (0.32.0) create_dp_placement_groups (--data-parallel-backend ray): no wait, the cluster as it is now
+DP_TOO_FEW = (
+    "ValueError: Not enough resources to allocate 2 placement groups, only created 1 placement groups. Available resources: {'CPU': 8.0, 'node:10.77.0.2': 1.0}"
+)
+DP_MASTER = "ValueError: Not enough resources to allocate 2 DP ranks on DP master node 10.77.0.2, possible to fit 1 DP ranks."
 # its warning before a new placement group is created: vLLM waits for the cluster after it, not fatal
 TOO_FEW_WARNING = (
     "(APIServer pid=812) WARNING 12-05 18:30:01 [ray_utils.py:613] The number of required GPUs exceeds the total number of "
@@ -60,6 +65,8 @@ def vllm_rules() -> Any:
         (PG_GPUS, "fatal", "vllm-ray-placement-group-failed"),
         (TOO_FEW, "fatal", "vllm-ray-placement-group-failed"),
         (NO_DEVICE, "fatal", "vllm-ray-placement-group-failed"),
+        (DP_TOO_FEW, "fatal", "vllm-ray-placement-group-failed"),
+        (DP_MASTER, "fatal", "vllm-ray-placement-group-failed"),
     ],
 )
 def test_the_lines_of_ray_and_of_vllms_placement_group_are_classified_by_the_rule_that_names_their_source(
@@ -89,4 +96,4 @@ def test_the_head_without_block_prints_no_ready_line(vllm_rules: Any) -> None:
 def test_every_ray_rule_names_the_source_file_of_its_line() -> None:
     ray = [rule for rule in VLLM if "-ray-" in rule["id"]]
     assert len(ray) == 5
-    assert all("python/ray/scripts/scripts.py" in rule["reference"] or "vllm/v1/executor/ray_utils.py" in rule["reference"] for rule in ray)
+    assert all("python/ray/scripts/scripts.py" in rule["reference"] or "vllm/v1/" in rule["reference"] for rule in ray)
