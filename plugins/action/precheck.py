@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import dead_here
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, bearer, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report, sleeping
@@ -22,6 +23,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._sleeping import sleep_url
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import smoke_test
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import canary_args
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import worker_roles
 
 ROLE = "sglang_precheck"
 SINGLE_NODE: dict[str, t.Any] = {"deployment": None, "multi_node": False, "rank": 0, "peers": {}}
@@ -64,6 +66,26 @@ def history_wanted(observed: t.Mapping[str, t.Any]) -> bool:
     options, probe = observed.get("options") or {}, observed.get("probe") or {}
     invocation = (probe.get("journal") or {}).get("invocation_id")
     return bool(options) and bool(options.get("history")) and bool(invocation) and start_ended(probe)
+
+
+def headless_ready_phase(options: t.Mapping[str, t.Any], node: t.Mapping[str, t.Any]) -> str | None:
+    """The phase of its own journal that proves a headless node ready (a node of rank >= 1 of an
+    engine whose workers serve no HTTP, vLLM's ``--headless``); None for any other node, whose
+    health is probed."""
+    if int(node.get("rank") or 0) < 1:
+        return None
+    roles = worker_roles(str(options.get("engine") or ""))
+    if roles["worker_http"] != "none":
+        return None
+    return str(roles["worker_ready_phase"] or "ready")
+
+
+def headless_look(probe: t.Mapping[str, t.Any], ready_phase: str) -> dict[str, t.Any]:
+    """The look at a headless node as the report judges it: health not probed (nothing listens),
+    ready once its journal reached ``ready_phase`` (its engines up and handshaking with node 0's)."""
+    journal = dict(probe.get("journal") or {})
+    journal["ready"] = bool(journal.get("ready")) or phase_index(journal.get("phase")) >= phase_index(ready_phase) >= 0
+    return {**probe, "journal": journal, "health": {"headless": True, "probed": False}}
 
 
 def look_summary(probe: Result) -> dict[str, t.Any]:
@@ -139,12 +161,15 @@ class ActionModule(PhaseAction):
             observed["record"]["lease_dead"] = dead_here(observed["record"].get("lease"))
             if observed["state"].get("LoadState") != "loaded":
                 return
-            observed["probe"] = steps.module(
+            ready_phase = headless_ready_phase(options, observed["node"])
+            probe = steps.module(
                 "probe",
                 "Precheck | Probe the unit, classify the current invocation's journal, probe health",
                 "inferops.runbooks.service_probe",
                 {
-                    **{name: options[name] for name in ("unit", "engine", "health_url", "health_timeout", "extra_rules", "disabled_rules", "strict")},
+                    **{name: options[name] for name in ("unit", "engine", "health_timeout", "extra_rules", "disabled_rules", "strict")},
+                    # a headless node serves no HTTP: its unit and journal only
+                    **({"health_url": options["health_url"]} if ready_phase is None else {}),
                     "redact": hidden,
                     "tail_lines": 20,
                     "journal_grep": options["journal_grep"],
@@ -153,6 +178,7 @@ class ActionModule(PhaseAction):
                 always=True,
                 shown=look_summary,
             )
+            observed["probe"] = probe if ready_phase is None else headless_look(probe, ready_phase)
             url = sleep_wanted(observed)
             if url is not None:
                 api_key = steps.variable(f"{ROLE}_api_key", "")

@@ -21,6 +21,7 @@ VLLM_ISSUES = "https://github.com/vllm-project/vllm/issues"
 VLLM_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0"
 SGLANG_SOURCE = "https://github.com/sgl-project/sglang/blob/v0.5.23"
 # the last release line with the V0 engine's files that log the oldest rules' lines
+RAY_SOURCE = "https://github.com/ray-project/ray/blob/master"
 VLLM_V0_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.9.0"
 NOT_INFO = ["none", "WARNING", "ERROR", "CRITICAL"]
 # a request-level line never names the engine's death: a request that failed because the engine core
@@ -792,6 +793,51 @@ VLLM: RulePack = [
         "reason": "Engine initialised; the API server starts next.",
         "reference": f"{VLLM_ISSUES}/11899",
         "phase": "warming_up",
+    },
+    # -- Ray: vLLM over nodes with --distributed-executor-backend ray (or --data-parallel-backend ray). Node 0's
+    # unit starts the head (ExecStartPre=ray start --head, without --block) and then vllm serve; a node of rank
+    # >= 1 runs ``ray start --address=HEAD:6379 --block`` and serves no HTTP (docs/multinode.md)
+    {
+        "id": "vllm-ray-runtime-started",
+        "class": "progress",
+        "pattern": r"\bRay runtime started\.",
+        "reason": "ray start brought up this node's Ray processes (a worker: its raylet registered with the head's GCS).",
+        "reference": f"{RAY_SOURCE}/python/ray/scripts/scripts.py (start: startup_msg, on the head and on a worker)",
+        "phase": "starting",
+    },
+    {
+        "id": "vllm-ray-worker-blocks",
+        "class": "ready",
+        "pattern": r"This command will now block forever until terminated by a signal",
+        "reason": "A Ray worker node (ray start --address=... --block) joined the cluster and stays in it: its readiness "
+        "(only --block prints it; node 0's head is started without it).",
+        "reference": f"{RAY_SOURCE}/python/ray/scripts/scripts.py (start: the --block group)",
+        "phase": "ready",
+    },
+    {
+        "id": "vllm-ray-subprocesses-exited",
+        "class": "fatal",
+        "pattern": r"Some Ray subprocesses exited unexpectedly|Remaining processes will be killed\.",
+        "reason": "A Ray process of this node (its raylet, its GCS) died; ray start --block kills the rest and exits 1: the node left the cluster.",
+        "reference": f"{RAY_SOURCE}/python/ray/scripts/scripts.py (start: the --block loop, node.dead_processes())",
+    },
+    {
+        "id": "vllm-ray-placement-group-wait",
+        "class": "progress",
+        "pattern": r"Waiting for creating a placement group of specs for \d+ seconds",
+        "reason": "vLLM waits for the Ray cluster to offer a device on every node (a worker node not joined yet); it gives up after 1800 s.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/executor/ray_utils.py (_wait_until_pg_ready)",
+        "phase": "starting",
+    },
+    {
+        "id": "vllm-ray-placement-group-failed",
+        "class": "fatal",
+        "pattern": r"Cannot provide a placement group (?:of|requiring)|The number of required \w+s exceeds the total number of available \w+s in the placement "
+        r"group\. Required number of devices|Current node has no \w+ available\. .*vLLM engine cannot start without"
+        r"|Not enough resources to allocate \d+ (?:DP ranks|placement groups)",
+        "reason": "The Ray cluster does not have the devices vLLM needs (a worker node missing, or too few devices): the engine does not start.",
+        "reference": f"{VLLM_SOURCE}/vllm/v1/executor/ray_utils.py (_wait_until_pg_ready, initialize_ray_cluster);"
+        " vllm/v1/engine/utils.py (CoreEngineActorManager.create_dp_placement_groups, --data-parallel-backend ray: no wait)",
     },
     # -- survived: ERROR lines after which vLLM's own code carries on, one rule a source file (_survived)
     *survived_rules(),

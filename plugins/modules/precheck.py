@@ -19,6 +19,9 @@ description:
     C(sglang_precheck_smoke_test), on node 0) and measures the server against the host's baseline
     (M(inferops.runbooks.perf_canary), with C(sglang_precheck_canary)); adds the current start to the host's start
     history once it ended (M(inferops.runbooks.start_history)).
+  - A node of rank 1 or more of a vLLM deployment (a C(--headless) data parallel node, or a Ray worker) serves no
+    HTTP, so its health is not probed, and it is ready once its own journal reached the worker's ready phase (its engines'
+    C(init engine ... took), or the C(--block) line of Ray); its unit and its journal decide, as for every node.
   - A step that fails is kept for the report instead of failing the task; the report's verdict is the first check
     that failed. The task itself does not fail on a failed check - the role's report step does.
   - The files it writes on the host are the journal state the next precheck starts from (unless

@@ -36,7 +36,8 @@ description:
     stays up through the soak, and node 0 passed. The placeholder answers 200 unconditionally, so its answers are recorded
     (C(placeholder) in RV(health)) and never counted. A headless node of a vLLM data parallel deployment (C(--headless), O(engine=vllm))
     serves no HTTP at all; it is never probed (C(headless) in RV(health)), and its readiness is its engines' C(init engine ... took)
-    line. Node 0 passes only when every other node is ready.
+    line; a Ray worker of a vLLM deployment over Ray (C(ray start --address=... --block)) likewise, its readiness Ray's
+    C(This command will now block forever ...) line. Node 0 passes only when every other node is ready.
   - The nodes' waits see each other through files on the controller (O(channel)). When one node's wait fails, the
     others take one last look (up to 3 s) at their own journal, for the consequences the failure caused there, and
     fail with reason V(peer_failed) naming the node, within seconds.

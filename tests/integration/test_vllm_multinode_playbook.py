@@ -139,3 +139,29 @@ def test_a_headless_node_that_crashes_fails_the_deployment_whole_with_its_eviden
     # fast: every node's wait ended within seconds of node 1's fatal line
     fatal_at = root["first_fatal"]["realtime"] / 1e6
     assert 0 < max(float(node["ended_at"]) for node in report["node_reports"]) - fatal_at < 15
+
+
+def test_the_precheck_judges_the_headless_node_from_its_unit_and_journal_and_node_0_from_its_health(
+    deployment: Deployment, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """precheck_vllm.yml: node 0 with its health and one token, the headless node from its unit and
+    journal (never probed: nothing listens); then the headless node stopped fails the deployment."""
+    before = deployment.start_all()
+    reports = tmp_path / "reports"
+    extra_vars = {"vllm_hosts": ",".join(NODES), "sglang_precheck_report_dir": str(reports)}
+    run = run_playbook("playbooks/precheck_vllm.yml", extra_vars=extra_vars, inventory=deployment.inventory)
+    out = run.output
+    assert run.returncode == 0, run
+    assert f"deployment dp (2 nodes: sim1, sim2) {UNIT}: precheck PASS (ready)" in out
+    assert "sim2 node 1: PASS (ready)" in out and "health not probed (headless, no HTTP)" in out
+    report = json.loads((reports / "dp.precheck.json").read_text())
+    nodes = {node["host"]: node for node in report["nodes"]}
+    assert nodes["sim2"]["health"]["headless"] is True and nodes["sim1"]["health"]["status"] == 200
+    assert {host: deployment.invocation(host) for host in NODES} == before
+
+    deployment.fleet.ssh("sim2", f"systemctl stop {UNIT}")
+    run = run_playbook("playbooks/precheck_vllm.yml", extra_vars=extra_vars, inventory=deployment.inventory)
+    assert run.returncode != 0, run
+    assert f"deployment dp (2 nodes: sim1, sim2) {UNIT}: precheck FAIL" in run.output
+    nodes = {node["host"]: node for node in json.loads((reports / "dp.precheck.json").read_text())["nodes"]}
+    assert nodes["sim2"]["verdict"] == "fail" and nodes["sim2"]["health"].get("status") is None

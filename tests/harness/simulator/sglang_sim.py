@@ -58,6 +58,12 @@ injected there is no change of the unit's configuration, as a real server's hang
 ``SIM_DIST_TIMEOUT``       seconds the rendezvous may take before it fails, default 30
 ``SIM_PEER_TIMEOUT``       seconds between losing a peer and this node's distributed error, default
                            1.5 (it stands for NCCL's and gloo's timeouts of minutes)
+``SIM_RAY``                1 (with SIM_ENGINE=vllm and SIM_NNODES > 1): vLLM over nodes with Ray: node 0 logs
+                           the Ray head's start, then vllm serve's, whose placement group waits for every
+                           worker node (a rendezvous timeout: ``Cannot provide a placement group ...``); a
+                           node of rank >= 1 is a Ray worker (``ray start --address=... --block``): Ray's
+                           lines only, no HTTP; crash: its raylet dies at SIM_PHASE's fault point
+                           (``Some Ray subprocesses exited unexpectedly:``), as it does once the head is gone
 ``SIM_PEER_LOSS``          what a node does once it lost a peer: exit (default) | hang
 ``SIM_GENERATE_SECONDS``   seconds each generation request (/generate, /v1/completions,
                            /v1/chat/completions) takes, default 0: a request in flight is counted
@@ -326,6 +332,7 @@ class Config:
     orphan_seconds: float = 0.0
     sleep_mode: bool = False
     wake_seconds: float = 1.0
+    ray: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -369,6 +376,7 @@ class Config:
             orphan_seconds=_env_float(env, "SIM_ORPHAN_SECONDS", 0.0),
             sleep_mode=env.get("SIM_SLEEP_MODE", "").strip() == "1",
             wake_seconds=_env_float(env, "SIM_WAKE_SECONDS", 1.0),
+            ray=env.get("SIM_RAY", "").strip() == "1",
         )
 
     @property
@@ -1478,7 +1486,7 @@ class Simulator:
                 self.shutdown_lines()
             self.http.stop(self.state)
         except RendezvousFailed as failed:
-            self.dist_failed(failed.error)
+            self.rendezvous_failed(failed.error)
         except PeerLost as lost:
             self.stop.watch = None
             return self.peer_lost(lost.peer)
@@ -1513,6 +1521,13 @@ class Simulator:
 
     def dist_failed(self, error: str) -> NoReturn:
         raise NotImplementedError
+
+    def rendezvous_failed(self, error: str) -> NoReturn:
+        """The nodes did not all come together within the distributed timeout."""
+        self.dist_failed(error)
+
+    def before_rendezvous(self) -> None:
+        """What the engine logs before it waits for the other nodes (nothing by default)."""
 
     def _run_phase(self, phase: str) -> None:
         self._phase = phase
@@ -1998,6 +2013,7 @@ class VllmSimulator(Simulator):
         self.each_worker("INFO", "pynccl.py:70", lambda rank: f"vLLM is using nccl=={VLLM_NCCL_VERSION}")
         yield
         if self.dist is not None:
+            self.before_rendezvous()
             self.dist.rendezvous(self.stop)  # the data parallel handshake with node 0's front end
         self.pause(0.2)
         self.each_worker(
@@ -2124,7 +2140,100 @@ class VllmSimulator(Simulator):
         self.console.line("INFO:     Application shutdown complete.")
 
 
+class RaySimulator(VllmSimulator):
+    """vLLM over nodes with Ray (SIM_RAY=1, SIM_ENGINE=vllm): node 0 starts the Ray head (``ray start
+    --head``, without --block, as its unit's ExecStartPre does), then ``vllm serve ...
+    --distributed-executor-backend ray``, whose placement group waits until every worker node joined;
+    a node of rank >= 1 is a Ray worker (``ray start --address=HEAD:6379 --block``): Ray's lines only,
+    no HTTP. The lines are Ray's (python/ray/scripts/scripts.py) and vLLM's (vllm/v1/executor/ray_utils.py)."""
+
+    def run(self) -> int:
+        if self.cfg.node_rank == 0:
+            self.ray_started(head=True)
+            return super().run()
+        return self.worker_run()
+
+    def ray_started(self, head: bool) -> None:
+        host, port = self.cfg.dist_init_addr or ("127.0.0.1", 6379)
+        self.console.line(f"Local node IP: {host if head else self.cfg.host}")
+        self.console.line("")
+        self.console.line("--------------------")
+        self.console.line("Ray runtime started.")
+        self.console.line("--------------------")
+        self.console.line("")
+        if head:
+            for line in ("Next steps", "  To add another node to this Ray cluster, run", f"    ray start --address='{host}:{port}'", ""):
+                self.console.line(line)
+        self.console.line("To terminate the Ray runtime, run")
+        self.console.line("  ray stop")
+
+    def blocks(self) -> None:
+        self.console.line("")
+        self.console.line("--block")
+        self.console.line("  This command will now block forever until terminated by a signal.")
+        self.console.line(
+            "  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. "
+            "Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported."
+        )
+
+    def raylet_died(self) -> int:
+        """ray start --block once one of its processes died: it kills the rest and exits 1."""
+        self.console.line("")
+        self.console.line("Some Ray subprocesses exited unexpectedly:")
+        self.console.line("  raylet [exit code=1]")
+        self.console.line("")
+        self.console.line("Remaining processes will be killed.")
+        return 1
+
+    def worker_run(self) -> int:
+        """A Ray worker node: joins the head (retrying), blocks, follows node 0 through its start; its
+        raylet dies at the fault point of SIM_PHASE (crash) or once the head is gone."""
+        assert self.dist is not None
+        signal.signal(signal.SIGTERM, self.stop.request)
+        signal.signal(signal.SIGINT, self.stop.request)
+        try:
+            self.dist.rendezvous(self.stop)
+            self.ray_started(head=False)
+            self.blocks()
+            self.stop.watch = self.dist.check
+            for phase in PHASES:
+                if phase != PHASES[0]:
+                    self.dist.barrier(phase, self.stop)
+                self._phase = phase
+                if self.cfg.fault_in(phase):
+                    self.pause(0.5)
+                    return self.raylet_died()
+            while True:
+                self.stop.sleep(3600)
+        except ShutdownRequested:
+            return 0
+        except (RendezvousFailed, PeerLost):
+            self.stop.watch = None
+            return self.raylet_died()
+        finally:
+            self.dist.close()
+
+    def before_rendezvous(self) -> None:
+        self.log("INFO", "ray_utils.py:607", "No current placement group found. Creating a new placement group.")
+
+    def rendezvous_failed(self, error: str) -> NoReturn:
+        """The placement group was never ready: a worker node did not join (vLLM gives up after 1800 s)."""
+        self.console.end_partial_line()
+        specs = [{"CPU": 1.0} for _ in range(self.cfg.tp)]
+        self.log("ERROR", "core.py:586", "EngineCore failed to start.")
+        self.log("ERROR", "core.py:586", "Traceback (most recent call last):")
+        self.log(
+            "ERROR",
+            "core.py:586",
+            f"ValueError: Cannot provide a placement group of placement_group_specs={specs!r} within 1800 seconds. "
+            "See `ray status` and `ray list nodes` to make sure the cluster has enough resources.",
+        )
+        raise SystemExit(1)
+
+
 def build_simulator(cfg: Config, console: Console) -> Simulator:
+    if cfg.engine == "vllm" and cfg.ray:
+        return RaySimulator(cfg, console)
     flavour = VllmSimulator if cfg.engine == "vllm" else SglangSimulator
     return flavour(cfg, console)
 

@@ -6,8 +6,17 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action.precheck import generates_wanted, history_wanted, look_summary, start_ended, start_passed
+from ansible_collections.inferops.runbooks.plugins.action.precheck import (
+    generates_wanted,
+    headless_look,
+    headless_ready_phase,
+    history_wanted,
+    look_summary,
+    start_ended,
+    start_passed,
+)
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import bearer, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import FALLBACK_MODEL, first_model, generated, models_url
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import server_url
 
@@ -112,3 +121,51 @@ def test_verbose_output_shows_the_look_without_the_journal_lines() -> None:
     assert summary["journal"]["reading"] == {"resumed_at": 12}
     assert "tail" not in summary["journal"]
     assert server_url("https://10.0.0.1:30000/health_generate?x=1") == "https://10.0.0.1:30000"
+
+
+@pytest.mark.parametrize(
+    ("engine", "rank", "phase"),
+    [
+        ("vllm", 1, "warming_up"),
+        ("vllm", 2, "warming_up"),
+        ("vllm", 0, None),
+        ("sglang", 1, None),
+        ("auto", 1, None),
+    ],
+)
+def test_only_a_vllm_node_of_rank_1_or_more_is_judged_headless(engine: str, rank: int, phase: str | None) -> None:
+    assert headless_ready_phase({"engine": engine}, {"rank": rank, "multi_node": rank > 0}) == phase
+
+
+def test_a_headless_node_is_ready_once_its_journal_reached_its_ready_phase_and_its_health_is_not_probed() -> None:
+    warming = headless_look({"unit": ACTIVE, "journal": {"ready": False, "phase": "warming_up", "fatal": []}}, "warming_up")
+    loading = headless_look({"unit": ACTIVE, "journal": {"ready": False, "phase": "loading_weights", "fatal": []}}, "warming_up")
+    assert warming["journal"]["ready"] and not loading["journal"]["ready"]
+    assert warming["health"] == {"headless": True, "probed": False} and warming["unit"] == ACTIVE
+
+
+def headless_observed(journal: dict[str, Any], unit: dict[str, Any] = ACTIVE) -> dict[str, Any]:
+    probe = headless_look({"unit": unit, "journal": journal}, "warming_up")
+    options = {"unit": "vllm.service", "engine": "vllm", "smoke_test": True, "canary": False, "history": True, "health_url": "http://127.0.0.1:8000/health"}
+    return observed(unit="vllm.service", options=options, node={"rank": 1, "multi_node": True, "deployment": "llama_dp"}, state=unit, probe=probe)
+
+
+def test_the_precheck_of_a_headless_node_passes_on_its_unit_and_journal_and_sends_nothing() -> None:
+    seen = headless_observed({"ready": False, "phase": "warming_up", "fatal": [], "invocation_id": "abc", "verdict": "pass"})
+    report = runbook_report(seen, "sglang_precheck")
+    assert report["verdict"] == "pass", report
+    assert "headless" in report["msg"]
+    assert not generates_wanted(seen, "smoke_test")
+
+
+@pytest.mark.parametrize(
+    ("journal", "unit", "reason"),
+    [
+        ({"ready": False, "phase": "loading_weights", "fatal": []}, ACTIVE, "not_ready"),
+        ({"ready": False, "phase": "warming_up", "fatal": [{"message": "EngineCore failed to start."}]}, ACTIVE, "fatal_log"),
+        ({"ready": False, "phase": "warming_up", "fatal": []}, {**ACTIVE, "ActiveState": "failed", "SubState": "failed"}, "unit_not_active"),
+    ],
+)
+def test_the_precheck_of_a_headless_node_fails_on_its_unit_or_journal(journal: dict[str, Any], unit: dict[str, Any], reason: str) -> None:
+    report = runbook_report(headless_observed(journal, unit), "sglang_precheck")
+    assert report["verdict"] == "fail" and report["reason"] == reason, report
