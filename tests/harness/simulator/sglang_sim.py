@@ -2219,7 +2219,7 @@ class RaySimulator(VllmSimulator):
     def rendezvous_failed(self, error: str) -> NoReturn:
         """The placement group was never ready: a worker node did not join (vLLM gives up after 1800 s)."""
         self.console.end_partial_line()
-        specs = [{"CPU": 1.0} for _ in range(self.cfg.tp)]
+        specs = [{"CPU": 1.0} for _rank in range(self.cfg.tp)]
         self.log("ERROR", "core.py:586", "EngineCore failed to start.")
         self.log("ERROR", "core.py:586", "Traceback (most recent call last):")
         self.log(

@@ -144,7 +144,8 @@ def test_a_headless_node_is_ready_once_its_journal_reached_its_ready_phase_and_i
     assert warming["health"] == {"headless": True, "probed": False} and warming["unit"] == ACTIVE
 
 
-def headless_observed(journal: dict[str, Any], unit: dict[str, Any] = ACTIVE) -> dict[str, Any]:
+def headless_observed(journal: dict[str, Any], unit: dict[str, Any] | None = None) -> dict[str, Any]:
+    unit = ACTIVE if unit is None else unit
     probe = headless_look({"unit": unit, "journal": journal}, "warming_up")
     options = {"unit": "vllm.service", "engine": "vllm", "smoke_test": True, "canary": False, "history": True, "health_url": "http://127.0.0.1:8000/health"}
     return observed(unit="vllm.service", options=options, node={"rank": 1, "multi_node": True, "deployment": "llama_dp"}, state=unit, probe=probe)
