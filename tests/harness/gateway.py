@@ -209,9 +209,17 @@ class Gateway:
 
     ``startup_delay`` is the gateway's ``--worker-startup-delay``: an addition is listed that many
     seconds later (the gateway waits before its first look at the new worker); smg only, as ``calls``
-    and ``changes``."""
+    and ``changes``. ``policy`` is the gateway's ``--policy`` (its own default when None)."""
 
-    def __init__(self, host: str = LOOPBACK, admin_key: str | None = None, startup_delay: float = 0, log_level: str = "debug", package: str = SMG) -> None:
+    def __init__(
+        self,
+        host: str = LOOPBACK,
+        admin_key: str | None = None,
+        startup_delay: float = 0,
+        log_level: str = "debug",
+        package: str = SMG,
+        policy: str | None = None,
+    ) -> None:
         if package not in REQUIREMENTS:
             raise GatewayError(f"unknown gateway package {package!r}: one of {', '.join(REQUIREMENTS)}")
         if package != SMG and startup_delay:
@@ -221,6 +229,7 @@ class Gateway:
         self.admin_key = admin_key
         self.startup_delay = startup_delay
         self.log_level = log_level
+        self.policy = policy
         self.port = 0
         self._dir = Path(tempfile.mkdtemp(prefix="inferops-gateway-"))
         self.log_path = self._dir / "smg.log"
@@ -239,6 +248,8 @@ class Gateway:
             argv += ["--log-json", "--worker-startup-delay", f"{self.startup_delay:g}"]
         # no request of a test outlives it: the gateway need not wait for any when it stops
         argv += ["--shutdown-grace-period-secs", str(SHUTDOWN_GRACE)]
+        if self.policy:
+            argv += ["--policy", self.policy]
         if self.admin_key:
             argv += ["--control-plane-api-keys", f"inferops-tests:tests:admin:{self.admin_key}"]
         return argv

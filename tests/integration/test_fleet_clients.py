@@ -55,7 +55,9 @@ def roll_out(fleet: Fleet, four: list[str], run_playbook: RunPlaybook, tmp_path:
     second batch); (the loop, worker URLs, output, return code)."""
     template = tmp_path / "deploy.conf.j2"
     template.write_text(deploy_on(four[1], scenario))
-    with Gateway(admin_key=ADMIN_KEY) as gateway:
+    # in turn, so every worker has requests routed to it when it is drained (the default policy sends
+    # the clients' one prompt wherever it was cached, and may leave a worker without any)
+    with Gateway(admin_key=ADMIN_KEY, policy="round_robin") as gateway:
         urls = behind_gateway(gateway, fleet, four)
         extra = {
             **QUICK,
