@@ -72,7 +72,8 @@ def measure(fleet: Fleet, tool: str) -> tuple[Tally, int, float, int]:
     for host in hosts:
         fleet.reset(host)
     start_with(fleet, hosts)
-    with Gateway(admin_key=ADMIN_KEY) as gateway:
+    # in turn: every worker has requests routed to it when it is restarted (the clients send one prompt)
+    with Gateway(admin_key=ADMIN_KEY, policy="round_robin") as gateway:
         behind_gateway(gateway, fleet, hosts)
         progress(f"{tool}: restarting {len(hosts)} hosts while the clients send")
         started = time.monotonic()
@@ -116,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = "\n".join(
         [
             f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}: {HOSTS} hosts behind the real gateway (smg), "
-            "two clients sending completions (plain and streamed in turn) the whole time; the same restart of every host.",
+            "routing in turn (round_robin), two clients sending completions (plain and streamed in turn) the whole time; the same restart of every host.",
             f"Command: `{command}` ({(time.monotonic() - started) / 60:.0f} min).",
             "",
             table(results),
