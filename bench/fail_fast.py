@@ -11,7 +11,10 @@ on this machine) is printed by the simulator as its own output (SIM_SCENARIO=rep
 
 The collection's restart (bench/ours_restart.yml) runs on every host at once; the rows are the seconds
 from the first failure line reaching the journal to the host's failed task, and to the end of the
-playbook (median, min-max). With --before DIR, the same logs through another checkout of the
+playbook (median, min-max), and from the line that completes the fatal evidence (the first line after
+which the classifier, fed the played lines one by one, counts a fatal event: for a traceback, the line
+that closes it; a server prints a traceback in one burst, the replay one line every 20 ms) to the host's
+failed task. With --before DIR, the same logs through another checkout of the
 collection, in the same run. The table goes into docs/benchmarks.md between its markers.
 
     python bench/fail_fast.py [--repeats 3] [--before DIR] [--reuse-fleet] [--output docs/benchmarks.md]
@@ -36,10 +39,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path[:0] = [str(REPO), str(HERE)]
+sys.path[:0] = [str(REPO), str(HERE), str(REPO / "collections")]
 
 from measure import LoadWatch, Spread, journal_records  # noqa: E402
 from side_by_side import TITLES, Bench, Settings, fleet_for, machine, progress, write_results  # noqa: E402
+
+from ansible_collections.inferops.runbooks.plugins.module_utils._classifier import Scanner  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.module_utils._rules import load_rules  # noqa: E402
 
 LOGS = REPO / "tests" / "unit" / "data" / "corpus" / "logs"
 LOG_MARKER = "# ---- verbatim log below ----\n"
@@ -53,6 +59,7 @@ JOURNAL_PREFIX = re.compile(r"^\w{3} \d\d \d\d:\d\d:\d\d\.\d+ \S+ (?P<source>[^:
 WAYS = ("cut", "whole", "chatty")
 ROW_FAILED = "{way}: fatal line -> host failed (s)"
 ROW_ENDED = "{way}: fatal line -> playbook ended (s)"
+ROW_DECISIVE = "{way}: fatal evidence complete -> host failed (s)"
 MARKS = ("<!-- fail_fast:begin -->", "<!-- fail_fast:end -->")
 
 
@@ -77,6 +84,16 @@ class CrashLog:
 
     def requests(self) -> list[str]:
         return [f'INFO:     10.0.0.{n % 250}:5{n % 1000:03d} - "POST /generate HTTP/1.1" 200 OK' for n in range(REQUEST_LINES)]
+
+    def decisive(self, way: str) -> int | None:
+        """The index of the played line after which the classifier counts a fatal event; None when it
+        counts one only once the server is gone or quiet (a traceback cut short before its exception line)."""
+        scanner = Scanner(load_rules(self.engine))
+        for index, line in enumerate(self.played(way)):
+            scanner.feed_line(line)
+            if scanner.counts.get("fatal"):
+                return index
+        return None
 
     @property
     def scenario(self) -> dict[str, str]:
@@ -128,9 +145,16 @@ def failed_at(events: Sequence[Mapping[str, object]], host: str) -> float | None
 class Figures:
     samples: dict[str, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
     missed: list[str] = dataclasses.field(default_factory=list)
+    # the log of each row's and tool's slowest sample
+    slowest: dict[tuple[str, str], tuple[float, str]] = dataclasses.field(default_factory=dict)
 
-    def add(self, row: str, tool: str, value: float) -> None:
+    def add(self, row: str, tool: str, value: float, log: str) -> None:
         self.samples.setdefault(row, {}).setdefault(tool, []).append(value)
+        if value > self.slowest.get((row, tool), (float("-inf"), ""))[0]:
+            self.slowest[row, tool] = (value, log)
+
+    def slowest_text(self, tool: str) -> str:
+        return "; ".join(f"{row.split(' (s)')[0]} {value:.1f} s ({log})" for (row, each), (value, log) in self.slowest.items() if each == tool)
 
 
 def measure(bench: Bench, logs: Sequence[CrashLog], hosts: Sequence[str], way: str, tool: str, figures: Figures) -> None:
@@ -158,14 +182,25 @@ def measure(bench: Bench, logs: Sequence[CrashLog], hosts: Sequence[str], way: s
             if moment is None or failed is None or run.results[host].verdict != "fail":
                 figures.missed.append(f"{tool} {way} {log.name}: verdict {run.results[host].verdict} ({run.results[host].reason})")
                 continue
-            figures.add(ROW_FAILED.format(way=way), tool, failed - moment)
-            figures.add(ROW_ENDED.format(way=way), tool, run.ended - moment)
-            progress(f"{tool} {way} {log.name}: host failed {failed - moment:.1f} s, playbook ended {run.ended - moment:.1f} s after the fatal line")
+            figures.add(ROW_FAILED.format(way=way), tool, failed - moment, log.name)
+            figures.add(ROW_ENDED.format(way=way), tool, run.ended - moment, log.name)
+            decisive = log.decisive(way)
+            complete = None if decisive is None else next((r.time for r in records if r.message == log.played(way)[decisive]), None)
+            if complete is not None:
+                figures.add(ROW_DECISIVE.format(way=way), tool, failed - complete, log.name)
+            evidence = (
+                "its fatal evidence complete only once the server was gone or quiet"
+                if complete is None
+                else f"{failed - complete:.1f} s after its fatal evidence was complete"
+            )
+            progress(
+                f"{tool} {way} {log.name}: host failed {failed - moment:.1f} s after the fatal line ({evidence}), playbook ended {run.ended - moment:.1f} s"
+            )
         progress(f"{tool} {way} {engine}: {len(chosen)} log(s) in {run.wall:.0f} s")
 
 
 def table(figures: Figures, tools: Sequence[str]) -> str:
-    rows = [row.format(way=way) for way in WAYS for row in (ROW_FAILED, ROW_ENDED)]
+    rows = [row.format(way=way) for way in WAYS for row in (ROW_FAILED, ROW_ENDED, ROW_DECISIVE)]
     lines = ["| Figure | " + " | ".join(TITLES[tool] for tool in tools) + " |", "|---|" + "---|" * len(tools)]
     for row in rows:
         spreads = [Spread.of(figures.samples.get(row, {}).get(tool, [])) for tool in tools]
@@ -223,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"a line every {INTERVAL * 1000:.0f} ms; {args.repeats} repeat(s).",
             "",
             table(figures, tools),
+            "",
+            *[f"Slowest, {TITLES[tool]}: {figures.slowest_text(tool)}." for tool in tools if figures.slowest_text(tool)],
             *([""] + [f"Not judged failed: {text}" for text in figures.missed] if figures.missed else []),
         ]
     )

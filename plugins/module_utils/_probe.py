@@ -362,7 +362,7 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
                 return
         else:
             # the rest of a traceback is on its way: wait while it grows (a dead process's lines all come)
-            tracing = tracing or _TracebackSettle(now)
+            tracing = tracing or _TracebackSettle(now, written_ago(follower))
             settle_until = tracing.until(now, scanner.line_number, ended)
         if settle_until is not None:
             if now >= settle_until:
@@ -377,12 +377,20 @@ def follow(watch: Watch, follower: JournalFollower, params: dict[str, t.Any], pa
             return
 
 
+def written_ago(follower: JournalFollower) -> float:
+    """How long ago journald stored the last record read (0 when unknown): a traceback read again by a
+    later look (its header was read before) was opened then, not when this look reached it."""
+    realtime = getattr(follower, "realtime", None)
+    return max(time.time() - realtime / 1e6, 0.0) if realtime else 0.0
+
+
 class _TracebackSettle:
     """How long an open traceback is waited for: TRACEBACK_SETTLE after its last line; once its
-    process is gone, up to TRACEBACK_SETTLE_MOST for its exception line (all it wrote will come)."""
+    process is gone, up to TRACEBACK_SETTLE_MOST from when journald stored it for its exception line
+    (all it wrote will come)."""
 
-    def __init__(self, now: float) -> None:
-        self.opened = now
+    def __init__(self, now: float, age: float = 0.0) -> None:
+        self.opened = now - age
         self.grown = now
         self.lines = -1
 

@@ -213,6 +213,28 @@ def test_a_traceback_whose_process_is_gone_is_read_whole_even_when_journald_is_s
     assert lag <= took < 60.0, took
 
 
+class ReadAgain(DyingServer):
+    """A later look at a process that died long ago in a traceback cut short before its exception
+    line (killed while printing): journald stored its records ``age`` seconds ago."""
+
+    def __init__(self, lines: list[str], age: float) -> None:
+        super().__init__(lines, 0.0)
+        self.realtime = int((time.time() - age) * 1e6)
+
+
+def test_a_traceback_cut_short_long_ago_is_not_waited_for_again_by_a_later_look() -> None:
+    lines = dying_lines()[:-1]  # everything but its exception line
+    server = ReadAgain(lines, age=_probe.TRACEBACK_SETTLE_MOST * 4)
+    params = _probe.with_defaults({"unit": "sglang.service", "watch": 120.0})
+    started = time.monotonic()
+    _probe.follow(server, server, params, _probe.HealthPacer(params))  # type: ignore[arg-type]
+    took = time.monotonic() - started
+    (event,) = server.scanner.finish()["fatal"]
+    assert "traceback cut short" in event["message"], event["message"]
+    # the first look already waited for its exception line: this one judges at once
+    assert took < _probe.TRACEBACK_SETTLE_MOST, took
+
+
 class ChattyServer(DyingServer):
     """A server that goes on printing after its fatal traceback: ``lines`` come one every ``interval``
     seconds (the other ranks' tracebacks, request logs), its process alive throughout."""
