@@ -401,6 +401,11 @@ class Wait:
         state = result["unit"]
         current = state.get("InvocationID") or ""
         previous = self.settings.previous_invocation_id
+        # the start the look read: systemd may have restarted the unit while the look waited for a
+        # dying start's traceback, and the start to judge is the one the restart made, not its successor
+        read = str(result["journal"].get("invocation_id") or "")
+        if read and read not in (previous, current) and result["journal"].get("records"):
+            current = read
         self.state = state
         if self.invocation_id is None and previous and current == previous:
             if self.elapsed() > min(SWITCH_LIMIT, self.settings.budget):
@@ -411,7 +416,7 @@ class Wait:
             if not current:
                 raise _Failed("unit_inactive", f"{self.settings.unit} has never run (no InvocationID; ActiveState={state.get('ActiveState')})")
             self.invocation_id = current
-        self.baseline = state if current == self.invocation_id else None
+        self.baseline = state if state.get("InvocationID") == self.invocation_id else None
         self.pinned = True
         return None
 

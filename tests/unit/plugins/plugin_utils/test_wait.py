@@ -215,6 +215,18 @@ def test_a_crash_names_the_fatal_line_even_when_the_unit_failed_in_the_same_look
     assert outcome.reason == "fatal_log"
 
 
+def test_the_first_look_pins_the_start_it_read_though_systemd_restarted_the_unit_meanwhile() -> None:
+    """The first look waited for a dying start's traceback and systemd restarted the unit: the start
+    to judge is the one the look read (the restart's), not its successor that systemd started."""
+    clock, target = Clock(), Target(FATAL)
+    wait = new_wait(clock)
+    restarted = unit(InvocationID="f" * 32, NRestarts=1, SubState="auto-restart")
+    outcome = drive(wait, clock, [(5.1, target.probe(len(FATAL), state=restarted))])
+    assert (outcome.verdict, outcome.reason) == ("fail", "fatal_log"), outcome
+    assert "torch.OutOfMemoryError" in outcome.msg and "was restarted during the start" in outcome.msg, outcome.msg
+    assert wait.result()["invocation_id"] == INVOCATION
+
+
 @pytest.mark.parametrize("fatal_seen", ["in the look that sees the restart", "only in the last look after it"])
 def test_a_crash_that_systemd_already_restarted_is_named_by_its_fatal_line(fatal_seen: str) -> None:
     """The verdict depends on what the watched start logged, not on whether the look came before
