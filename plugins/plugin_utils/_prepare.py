@@ -1,8 +1,9 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The decisions of a rollout's ``prepare`` phase (``plugins/action/prepare.py``), from what it saw:
-which files the run asks for, which of them differ from the host's, which backups to keep or remove,
-whether a change broke the unit, and what the messages say. Pure functions; no I/O, no Jinja.
+"""The decisions of a rollout's ``prepare`` phase (``plugin_utils/_prepare_phase``, which
+``plugins/action/prepare.py`` runs), from what it saw: which files the run asks for, which of them
+differ from the host's, which backups to keep or remove, whether a change broke the unit, and what the
+messages say. Pure functions; no I/O, no Jinja.
 
 Private to the collection; may change at any time. Controller side.
 """

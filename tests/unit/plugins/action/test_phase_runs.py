@@ -21,7 +21,9 @@ from ansible.playbook.task import Task
 from ansible_collections.inferops.runbooks.plugins.action import prepare, restart, settle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import Alertmanager, silence_host
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._restart_phase import EXPIRE_SILENCE
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._settle_phase import EXPIRE
 from tests.harness import alerting
 from tests.unit.plugins.action.test_restart_phases import options
 
@@ -275,7 +277,7 @@ def test_a_failed_start_expires_its_silence_before_the_rollback_and_settle_does_
         )
         restarted = phase(restart.ActionModule, {"context": prepared, "peers": {}}, steps).run(task_vars=RUN)
         done = [step["step"] for step in steps.done]
-        assert done.index(restart.EXPIRE_SILENCE) < done.index("Rollback | Stop the unit of the failed start")
+        assert done.index(EXPIRE_SILENCE) < done.index("Rollback | Stop the unit of the failed start")
         assert alertmanager.silence(silence_id)["status"]["state"] == "expired"
         assert restarted["seen"]["silence"] == {"id": silence_id, "expired": True}
 
@@ -286,7 +288,7 @@ def test_a_failed_start_expires_its_silence_before_the_rollback_and_settle_does_
             }
         )
         settled = phase(settle.ActionModule, {"context": prepared, "restarted": restarted}, settled_steps).run(task_vars=RUN)
-    assert settle.EXPIRE not in [step["step"] for step in settled_steps.done]
+    assert EXPIRE not in [step["step"] for step in settled_steps.done]
     assert settled["report"]["silence"] == {"id": silence_id, "url": server.url, "expired": True}
     assert settled["report"]["state"] == "rolled_back" and "silence_warnings" not in settled["report"]
     # the run record keeps no silence for the next run to expire

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action.precheck import (
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import bearer, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._precheck_phase import (
     generates_wanted,
     headless_look,
     headless_ready_phase,
@@ -15,7 +16,6 @@ from ansible_collections.inferops.runbooks.plugins.action.precheck import (
     start_ended,
     start_passed,
 )
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import bearer, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import FALLBACK_MODEL, first_model, generated, models_url
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import server_url

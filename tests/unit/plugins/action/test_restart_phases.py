@@ -1,4 +1,4 @@
-"""The restart and rollback phases' decisions (action/restart.py, plugin_utils/_rollback.py, plugin_utils/_start.py,
+"""The restart and rollback phases' decisions (plugin_utils/_restart_phase.py, plugin_utils/_rollback.py, plugin_utils/_start.py,
 plugin_utils/_rollout.py: what became of a start), on every path; the phases themselves run in the
 integration tests on real systemd hosts."""
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action import restart, settle
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _restart_phase as restart
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollback as rollback
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout, _start
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _settle_phase as settle
 
 # answers as the real uri module gave them from the simulator (one token), without the request
 GENERATED = {

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action.precheck import generates_wanted, sleep_wanted
 from ansible_collections.inferops.runbooks.plugins.module_utils._load import http_fetch
 from ansible_collections.inferops.runbooks.plugins.module_utils._sleep import parse_answer, read_sleep
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._precheck_phase import generates_wanted, sleep_wanted
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._sleeping import sleep_url
 from tests.unit.harness.test_simulator import SimProcess, free_port
 from tests.unit.plugins.module_utils.observations import CRASHED, UNIT, options, precheck_observed, precheck_report, probe_result

@@ -1,7 +1,7 @@
 """The rollout's side of the host's lease (plugin_utils/_host_lease.py): a second run waits for the
 lease, bounded, naming the holder, then refuses; a lease whose controller process is gone is taken
 over at once; the decisions of a run that does not hold the host (plugin_utils/_rollout.decide) touch
-nothing; and settle's last word on the host (action/settle.py) finds what contradicts the verdict."""
+nothing; and settle's last word on the host (plugin_utils/_settle_phase.py) finds what contradicts the verdict."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action import settle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _host_lease, _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _settle_phase as settle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import StepFailed
 
 HOLDER = "run 20261204T180000Z-1 from ops@bastion, since 2026-12-04 18:00:00 UTC, last heartbeat 3 s ago"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.inferops.runbooks.plugins.action.prepare import slurp_missing, slurped, without_invocation
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as prepare
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _rollout
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._prepare_phase import slurp_missing, slurped, without_invocation
 
 UNIT = "sglang.service"
 DROPIN = f"/etc/systemd/system/{UNIT}.d/deploy.conf"
