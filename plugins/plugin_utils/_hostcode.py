@@ -17,6 +17,7 @@ else: controller code never reaches a host.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import os
@@ -25,6 +26,7 @@ import shlex
 import typing as t
 import zipfile
 
+from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.utils.display import Display
 
@@ -146,6 +148,28 @@ def code_bundle(entries: tuple[str, ...]) -> bytes:
     return buffer.getvalue()
 
 
+def run_bundle(entries: tuple[str, ...], directory: str | None = None) -> bytes:
+    """``code_bundle(entries)``, built once per run: every phase of every host runs in a process of
+    its own, forked before any of them built it, so the bundle is kept in the run's local temporary
+    directory (``directory``, default Ansible's, removed at the run's end) and read from there."""
+    directory = directory if directory is not None else str(C.DEFAULT_LOCAL_TMP)
+    path = os.path.join(directory, "inferops-code-" + hashlib.sha256("\0".join(entries).encode()).hexdigest()[:16] + ".zip")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        pass
+    data = code_bundle(entries)
+    try:
+        written = f"{path}.{os.getpid()}"
+        with open(written, "wb") as handle:
+            handle.write(data)
+        os.replace(written, path)
+    except OSError:
+        pass
+    return data
+
+
 def known_python(action: t.Any, task_vars: t.Mapping[str, t.Any]) -> str | None:
     """The host's Python as Ansible knows it before running anything there: the inventory's
     ``ansible_python_interpreter`` (unless left to discovery), or the one an earlier task discovered."""
@@ -196,7 +220,7 @@ class HostCode:
                 raise AnsibleError(f"mktemp failed: {made.get('stderr')}")
             self.directory = directory
             bundle = f"{directory}/probe.zip"
-            self.action._transfer_data(bundle, code_bundle(self.entries))
+            self.action._transfer_data(bundle, run_bundle(self.entries))
         except (AnsibleError, OSError) as exc:
             display.vvv(f"{self.label}: the collection's code could not be copied, modules run instead ({exc})", host=self.host)
             return False

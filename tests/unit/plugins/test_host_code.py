@@ -187,3 +187,21 @@ def test_a_bundle_that_would_carry_controller_code_is_caught(tmp_path: Path, mon
     # and a file that no module and no entry point imports is controller code in module_utils
     roots = set().union(*module_roots().values(), *ENTRIES.values())
     assert "_bad" not in closure(roots)
+
+
+def test_a_bundle_is_built_once_per_run_and_read_by_every_phase_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[tuple[str, ...]] = []
+
+    def build(entries: tuple[str, ...]) -> bytes:
+        built.append(entries)
+        return b"zip of " + ",".join(entries).encode()
+
+    monkeypatch.setattr(_hostcode, "code_bundle", build)
+    # each phase runs in a fresh fork: the first builds the bundle, the others read it from the run's directory
+    assert _hostcode.run_bundle(("_probe",), str(tmp_path)) == b"zip of _probe"
+    assert _hostcode.run_bundle(("_probe",), str(tmp_path)) == b"zip of _probe"
+    assert _hostcode.run_bundle(("_hostcall.unit_info",), str(tmp_path)) == b"zip of _hostcall.unit_info"
+    assert built == [("_probe",), ("_hostcall.unit_info",)]
+    # a directory that cannot be written only costs building it again
+    assert _hostcode.run_bundle(("_probe",), str(tmp_path / "missing")) == b"zip of _probe"
+    assert len(built) == 3
