@@ -16,8 +16,8 @@ import yaml
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, topology
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import rule_problems_once
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, from_topology_text, topology_text
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._once import once, rule_problems_once
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import FLEET_OPTIONS, FLEET_PREFIX, check_fleet_values, check_role_values
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._role_options import ROLE_SPECS
@@ -69,7 +69,7 @@ class ActionModule(ActionBase):
         problems, rule_lines, values = self._check(role, lambda name: self._templar.template(task_vars[name]), task_vars.__contains__, base_dir)
         others = [name for name in args["hosts"] if name != host]
         other_problems, other_rule_lines = self._check_others(role, others, task_vars, set(problems + rule_lines), base_dir)
-        node, topology_problems = deployment_node(host, task_vars)
+        node, topology_problems = deployment_node(host, task_vars, str(getattr(self._task, "_uuid", "") or ""))
         problems += not_for_multi_node(role, node, values)
         if role == "sglang_restart":
             problems += fleet_problems(lambda name: self._templar.template(task_vars[name]), task_vars.__contains__)
@@ -175,14 +175,19 @@ def fleet_problems(lookup: Lookup, has: t.Callable[[str], bool]) -> list[str]:
     return problems + check_fleet_values(given).problems
 
 
-def deployment_node(host: str, task_vars: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], list[str]]:
+def deployment_node(host: str, task_vars: t.Mapping[str, t.Any], task: str = "") -> tuple[dict[str, t.Any], list[str]]:
     """This host's place in its deployment (sglang_deployment, sglang_node_rank) among the hosts of
     its batch, and the problems of the batch's topology: a node of a multi-node deployment is refused
-    with the rest, before anything is touched, when the deployment is wrong or split across batches."""
+    with the rest, before anything is touched, when the deployment is wrong or split across batches.
+    With ``task`` (the task's id), the batch's topology is read once for all its hosts (every host
+    reading every host's variables cost the square of the batch)."""
     batch = [str(name) for name in task_vars.get("ansible_play_batch") or [host]]
     groups = task_vars.get("groups") or {}
+    inventory = [str(name) for name in groups.get("all") or []]
+    hostvars = task_vars.get("hostvars") or {}
+    read = lambda: topology_text(batch, hostvars, inventory)  # noqa: E731
     try:
-        found = topology(batch, task_vars.get("hostvars") or {}, [str(name) for name in groups.get("all") or []])
+        found = from_topology_text(once("topology", [task, batch, inventory], read) if task else read())
     except TopologyError as exc:
         return {}, [f"the deployments are wrong: {exc}"]
     for deployment in found:

@@ -14,6 +14,7 @@ node, named after the host: single-node inventories need nothing new.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import typing as t
 
@@ -112,7 +113,9 @@ def topology(hosts: t.Sequence[str], hostvars: t.Mapping[str, Vars], inventory_h
         if rank is not None:
             members[name].append(Node(host, rank))
     selected = set(hosts)
-    for host in inventory_hosts or ():
+    # a host left out of the run matters only as a node of a deployment of the run: with none (every
+    # host its own server), nobody else's variables are read
+    for host in (inventory_hosts or ()) if members else ():
         if host in selected:
             continue
         name, rank = _membership(host, hostvars, [])
@@ -132,6 +135,24 @@ def topology(hosts: t.Sequence[str], hostvars: t.Mapping[str, Vars], inventory_h
         Deployment(name, tuple(sorted(members[name], key=lambda node: node.rank)), True) if multi else Deployment(name, (Node(name, 0),), False)
         for name, multi in order
     ]
+
+
+def topology_text(hosts: t.Sequence[str], hostvars: t.Mapping[str, Vars], inventory_hosts: t.Iterable[str] | None = None) -> list[str]:
+    """``topology`` as text that a file keeps: ``["refused", <problems>]``, or ``["deployments", <JSON>]``
+    (``from_topology_text`` reads it back). Every host of a batch asks the same; one of them reads
+    every host's variables, the others read what it found."""
+    try:
+        found = topology(hosts, hostvars, inventory_hosts)
+    except TopologyError as exc:
+        return ["refused", str(exc)]
+    return ["deployments", json.dumps([[d.name, d.multi_node, [[n.host, n.rank] for n in d.nodes]] for d in found])]
+
+
+def from_topology_text(text: t.Sequence[str]) -> list[Deployment]:
+    """The deployments ``topology_text`` wrote; raises TopologyError with the problems it wrote."""
+    if text[0] == "refused":
+        raise TopologyError(text[1])
+    return [Deployment(name, tuple(Node(host, rank) for host, rank in nodes), multi) for name, multi, nodes in json.loads(text[1])]
 
 
 def _rank_problems(name: str, nodes: t.Sequence[Node]) -> list[str]:

@@ -126,3 +126,68 @@ def test_a_deployment_passes_only_when_every_node_passed() -> None:
     assert mixed["verdict"] == "fail" and mixed["root_cause"]["host"] == "a0"
     assert [n["host"] for n in mixed["nodes"]] == ["a0", "a1"]
     assert deployment_verdict("dsr1", [report("a0", 0, "skipped", "check_mode")])["verdict"] == "skipped"
+
+
+class _Counting(dict):  # type: ignore[type-arg]
+    """hostvars that count whose variables were read."""
+
+    def __init__(self, *args: t.Any) -> None:
+        super().__init__(*args)
+        self.read: list[str] = []
+
+    def get(self, key: t.Any, default: t.Any = None) -> t.Any:
+        self.read.append(key)
+        return super().get(key, default)
+
+
+def test_with_no_deployment_in_the_run_the_hosts_left_out_are_not_read() -> None:
+    # every host its own server: a rolling batch reads its own hosts, not the whole inventory's
+    hostvars = _Counting({f"h{i}": {} for i in range(50)})
+    found = topology(["h1"], hostvars, list(hostvars))
+    assert [d.name for d in found] == ["h1"]
+    assert hostvars.read == ["h1"]
+    # a deployment in the run: the others are read, and a node left out of the run refused
+    hostvars = _Counting({**{f"h{i}": {} for i in range(3)}, "a0": node("dsr1", 0), "a1": node("dsr1", 1)})
+    with pytest.raises(TopologyError, match=r"a1 \(node 1\) is not in this run"):
+        topology(["a0"], hostvars, list(hostvars))
+    assert sorted(hostvars.read) == ["a0", "a1", "h0", "h1", "h2"]
+
+
+def test_the_topology_written_as_text_reads_back_the_same() -> None:
+    from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import from_topology_text, topology_text
+
+    hosts = ["a0", "a1", "solo", "b1", "b0"]
+    assert from_topology_text(topology_text(hosts, HOSTVARS, HOSTVARS)) == topology(hosts, HOSTVARS, HOSTVARS)
+    refused = topology_text(["a0", "solo"], HOSTVARS, HOSTVARS)
+    with pytest.raises(TopologyError, match=r"a1 \(node 1\) is not in this run"):
+        from_topology_text(refused)
+
+
+def test_the_hosts_of_a_batch_read_its_topology_once(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible import constants as C
+
+    from ansible_collections.inferops.runbooks.plugins.action.check_options import deployment_node
+
+    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path), raising=False)
+    hostvars = _Counting(HOSTVARS)
+    task_vars = {"ansible_play_batch": ["a0", "a1", "solo"], "groups": {"all": list(HOSTVARS)}, "hostvars": hostvars}
+    first = [deployment_node(host, task_vars, "task-1") for host in ("a0", "a1", "solo")]
+    assert [node["hosts"] for node, _problems in first] == [["a0", "a1"], ["a0", "a1"], ["solo"]]
+    assert sorted(hostvars.read) == ["a0", "a1", "b0", "b1", "solo"]  # once, by the first host
+    # without the task's id (or for another task) the hosts' variables are read again, with the same answer
+    assert [deployment_node(host, task_vars) for host in ("a0", "a1", "solo")] == first
+    assert deployment_node("a0", task_vars, "task-2") == first[0]
+    assert len(hostvars.read) == 5 * 5
+    # a refused topology refuses every host of the batch, the same way
+    task_vars["ansible_play_batch"] = ["a0", "solo"]
+    assert (
+        deployment_node("solo", task_vars, "task-3")
+        == deployment_node("solo", task_vars)
+        == (
+            {},
+            [
+                "the deployments are wrong: deployment dsr1: a1 (node 1) is not in this run: every node of a deployment is restarted together "
+                "(check --limit and the host pattern)"
+            ],
+        )
+    )
