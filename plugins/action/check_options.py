@@ -185,7 +185,10 @@ def deployment_node(host: str, task_vars: t.Mapping[str, t.Any], task: str = "")
     groups = task_vars.get("groups") or {}
     inventory = [str(name) for name in groups.get("all") or []]
     hostvars = task_vars.get("hostvars") or {}
-    read = lambda: topology_text(batch, hostvars, inventory)  # noqa: E731
+
+    def read() -> list[str]:
+        return topology_text(batch, hostvars, inventory)
+
     try:
         found = from_topology_text(once("topology", [task, batch, inventory], read) if task else read())
     except TopologyError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _run_starts
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._settle_phase import SettlePhase
@@ -38,4 +39,7 @@ class ActionModule(PhaseAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
-        return SettlePhase(steps, task_vars, bool(self._task.check_mode)).run(args)
+        result = SettlePhase(steps, task_vars, bool(self._task.check_mode)).run(args)
+        # what the report step of every host of the run compares its start with (lookup run_starts)
+        _run_starts.keep(str(task_vars.get("inventory_hostname", "")), result.get("fleet_start") or {})
+        return result

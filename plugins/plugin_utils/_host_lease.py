@@ -26,6 +26,9 @@ RELEASE = "Lease | Release the host's lease"
 HOLDING = ("taken", "renewed", "taken_over")
 # seconds between two tries while waiting for another run's lease
 RETRY = 5.0
+# between the steps of one phase, a heartbeat younger than this is not renewed again: it cannot have
+# gone stale (a lease is stale after lock_stale, at least 1 s), and each renewal is a round trip to the host
+RENEW_AFTER = 5.0
 
 
 def holder(task_vars: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -85,10 +88,12 @@ def waiting_line(host: str, holder_text: str, waited: float, limit: float) -> st
 class HostLease:
     """The lease of one host's unit for one run, through the run_lease call."""
 
-    def __init__(self, steps: Steps, unit: str, run_id: str) -> None:
+    def __init__(self, steps: Steps, unit: str, run_id: str, clock: t.Callable[[], float] = time.monotonic) -> None:
         self.steps = steps
         self.unit = unit
         self.run_id = run_id
+        self.clock = clock
+        self.renewed_at: float | None = None
 
     def _call(self, step: str, action: str, **more: t.Any) -> Result:
         return self.steps.module(STAGE, step, MODULE, {"unit": self.unit, "action": action, "run_id": self.run_id, **more})
@@ -133,7 +138,13 @@ class HostLease:
         renewed = self._call(RENEW, "renew")
         if not renewed.get("held"):
             raise StepFailed(stage, RENEW, {"failed": True, "changed": False, "reason": "lease_lost", "msg": lost_message(renewed.get("holder"))})
+        self.renewed_at = self.clock()
         return renewed
+
+    def renew_when_due(self, stage: str = STAGE) -> None:
+        """``renew`` between the steps of a phase: the first time, then once RENEW_AFTER has passed."""
+        if self.renewed_at is None or self.clock() - self.renewed_at >= RENEW_AFTER:
+            self.renew(stage)
 
     def release(self) -> Result:
         return self.steps.module(STAGE, RELEASE, MODULE, {"unit": self.unit, "action": "release", "run_id": self.run_id}, may_fail=True)

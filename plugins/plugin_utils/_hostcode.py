@@ -4,8 +4,9 @@
 
 Private to the collection; may change at any time. The module_utils that an entry point imports
 (standard library only: the probe's look, a phase's calls) are copied once into a directory of their
-own under the remote temporary directory; each call then runs ``python -c BOOT <entry> <bundle>`` with
-its options as JSON on stdin and its result as JSON on stdout. A call pays neither building an
+own under the remote temporary directory for the wait's many looks, and each look runs ``python -c BOOT
+<entry> <bundle>`` with its options as JSON on stdin and its result as JSON on stdout; a phase's few
+calls carry the code on stdin instead (``BOOT_CARRIED``), one round trip each, nothing left on the host. A call pays neither building an
 AnsiballZ payload on the controller (a fifth to a third of a CPU second for each distinct module in a
 run) nor sending one; Python keeps the bytecode on the host. Whatever cannot be done this way (no
 pipelining, become, an unknown interpreter, a copy that fails) is left to the module, which is always
@@ -16,6 +17,7 @@ else: controller code never reaches a host.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import io
@@ -40,6 +42,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import
     unit_info,
     unit_leftovers,
 )
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import exclusive
 
 display = Display()
 
@@ -52,6 +55,20 @@ if not os.path.isdir(lib):
     os.rename(lib + ".part", lib)
 sys.path.insert(0, lib)
 importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
+"""
+# a phase's call carries its code on stdin (one base64 line, then the options): nothing is installed on
+# the host, nothing is left there when the controller is killed, and a call costs one round trip where
+# installing the code and removing it cost three more per phase
+BOOT_CARRIED = """import base64, importlib, io, shutil, sys, tempfile, zipfile
+entry = sys.argv[1]
+bundle = base64.b64decode(sys.stdin.readline())
+lib = tempfile.mkdtemp(prefix="inferops-call-")
+try:
+    zipfile.ZipFile(io.BytesIO(bundle)).extractall(lib)
+    sys.path.insert(0, lib)
+    importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
+finally:
+    shutil.rmtree(lib, ignore_errors=True)
 """
 PACKAGE = "ansible_collections.inferops.runbooks.plugins.module_utils"
 BUNDLE_PACKAGE = PACKAGE.replace(".", "/")
@@ -151,23 +168,40 @@ def code_bundle(entries: tuple[str, ...]) -> bytes:
 def run_bundle(entries: tuple[str, ...], directory: str | None = None) -> bytes:
     """``code_bundle(entries)``, built once per run: every phase of every host runs in a process of
     its own, forked before any of them built it, so the bundle is kept in the run's local temporary
-    directory (``directory``, default Ansible's, removed at the run's end) and read from there."""
+    directory (``directory``, default Ansible's, removed at the run's end) and read from there; the
+    forks that ask at the same moment wait for the first one's."""
     directory = directory if directory is not None else str(C.DEFAULT_LOCAL_TMP)
     path = os.path.join(directory, "inferops-code-" + hashlib.sha256("\0".join(entries).encode()).hexdigest()[:16] + ".zip")
+    found = _kept_bundle(path)
+    if found is not None:
+        return found
+    with exclusive(f"{path}.lock"):
+        found = _kept_bundle(path)
+        if found is not None:
+            return found
+        data = code_bundle(entries)
+        try:
+            written = f"{path}.{os.getpid()}"
+            with open(written, "wb") as handle:
+                handle.write(data)
+            os.replace(written, path)
+        except OSError:
+            pass
+    return data
+
+
+def _kept_bundle(path: str) -> bytes | None:
     try:
         with open(path, "rb") as handle:
             return handle.read()
     except OSError:
-        pass
-    data = code_bundle(entries)
-    try:
-        written = f"{path}.{os.getpid()}"
-        with open(written, "wb") as handle:
-            handle.write(data)
-        os.replace(written, path)
-    except OSError:
-        pass
-    return data
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def carried_bundle(entries: tuple[str, ...]) -> str:
+    """``run_bundle(entries)`` as the one base64 line that a carried call sends first."""
+    return base64.b64encode(run_bundle(entries)).decode("ascii")
 
 
 def known_python(action: t.Any, task_vars: t.Mapping[str, t.Any]) -> str | None:
@@ -194,12 +228,14 @@ def usable(action: t.Any) -> bool:
 
 class HostCode:
     """The code's copy on one host for one phase (or one wait): what ``entries`` (module_utils modules
-    with a ``cli``) need, installed on first use, removed by ``cleanup``."""
+    with a ``cli``) need, installed on first use, removed by ``cleanup``; or, ``carried``, sent with
+    each call (a phase's few calls), never installed."""
 
-    def __init__(self, action: t.Any, label: str, entries: tuple[str, ...]) -> None:
+    def __init__(self, action: t.Any, label: str, entries: tuple[str, ...], carried: bool = False) -> None:
         self.action = action
         self.label = label
         self.entries = entries
+        self.carried = carried
         self.python: str | None = None
         self.bundle: str | None = None
         self.directory: str | None = None
@@ -209,7 +245,11 @@ class HostCode:
         return self.bundle is not None
 
     def install(self, python: str) -> bool:
-        """Copy the code to a directory of its own under the remote temporary directory."""
+        """Copy the code to a directory of its own under the remote temporary directory (carried: only
+        note the host's Python)."""
+        if self.carried:
+            self.python, self.bundle = python, ""
+            return True
         try:
             remote_tmp = self.action.get_shell_option("remote_tmp", default="~/.ansible/tmp")
             made = self.action._low_level_execute_command(
@@ -233,8 +273,13 @@ class HostCode:
         module's would."""
         if entry not in self.entries:
             raise ValueError(f"{entry} is not in the code copied for {self.label} ({', '.join(self.entries)})")
-        cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, entry, str(self.bundle)))
-        ran = self.action._low_level_execute_command(cmd, sudoable=False, in_data=json.dumps(options))
+        if self.carried:
+            cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT_CARRIED, entry))
+            stdin = carried_bundle(self.entries) + "\n" + json.dumps(options)
+        else:
+            cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, entry, str(self.bundle)))
+            stdin = json.dumps(options)
+        ran = self.action._low_level_execute_command(cmd, sudoable=False, in_data=stdin)
         try:
             result = json.loads(ran.get("stdout") or "")
         except ValueError:

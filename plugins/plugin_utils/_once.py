@@ -12,8 +12,6 @@ hash of what was checked.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -23,6 +21,7 @@ import typing as t
 from ansible import constants as C
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import rule_problems
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import exclusive
 
 Problems = list[str]
 
@@ -41,7 +40,7 @@ def once(kind: str, checked: t.Any, check: t.Callable[[], Problems]) -> Problems
     found = _kept(path)
     if found is not None:
         return found
-    with _locked(f"{path}.lock"):
+    with exclusive(f"{path}.lock"):
         found = _kept(path)
         if found is not None:
             return found
@@ -57,21 +56,6 @@ def _kept(path: str) -> Problems | None:
     except (OSError, ValueError):
         return None
     return found if isinstance(found, list) and all(isinstance(problem, str) for problem in found) else None
-
-
-@contextlib.contextmanager
-def _locked(path: str) -> t.Iterator[None]:
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        lock = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(lock)
 
 
 def _path(kind: str, checked: t.Any) -> str:

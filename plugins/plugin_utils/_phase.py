@@ -114,7 +114,7 @@ class Steps:
             python = self.discovered.get("discovered_interpreter_python") or known_python(self.action, self.task_vars)
             if python is None:
                 return None  # the module runs, and discovers it
-            code = HostCode(self.action, name, CALL_ENTRIES)
+            code = HostCode(self.action, name, CALL_ENTRIES, carried=True)
             self.code = code if usable(self.action) and code.install(python) else False
             if self.code is False:
                 return None

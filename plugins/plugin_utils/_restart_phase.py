@@ -198,7 +198,7 @@ class RestartPhase:
             try:
                 for part in PARTS if earlier_failure is None else ():
                     if lease is not None:
-                        lease.renew()
+                        lease.renew_when_due()
                     getattr(self, f"_{part}")(steps, state, facts, task_vars, together)
                     if together is not None:
                         together.mark(part)
@@ -383,7 +383,7 @@ class RestartPhase:
         slices: list[dict[str, t.Any]] = []
         while True:
             if self.lease is not None:
-                self.lease.renew()
+                self.lease.renew_when_due()
             remaining = max(timeout - (time.monotonic() - started), 0.0)
             read = steps.module(
                 "drain",

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import ast
 import io
+import json
+import os
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _hostcode
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import checked_params
 
 PACKAGE = "ansible_collections.inferops.runbooks.plugins.module_utils"
 PLUGINS = Path(_hostcode.__file__).resolve().parents[1]
@@ -205,3 +209,21 @@ def test_a_bundle_is_built_once_per_run_and_read_by_every_phase_after(tmp_path: 
     # a directory that cannot be written only costs building it again
     assert _hostcode.run_bundle(("_probe",), str(tmp_path / "missing")) == b"zip of _probe"
     assert len(built) == 3
+
+
+def test_a_carried_call_runs_from_its_stdin_alone_and_leaves_nothing(tmp_path: Path) -> None:
+    # a phase's call as the host runs it: python -c BOOT_CARRIED <entry>, the code and the options on
+    # stdin; a Python started without the controller's paths, with its temporary directory here
+    workdir = tmp_path / "tmp"
+    workdir.mkdir()
+    given = {"unit": "sglang.service", "action": "acquire", "run_id": "r1", "holder": {"user": "ci"}, "stale_after": 600, "state_dir": str(tmp_path)}
+    checked = checked_params(_hostcode.HOST_CALLS["run_lease"], given)
+    assert checked is not None
+    options = {"params": checked[0], "check_mode": False}
+    stdin = _hostcode.carried_bundle(_hostcode.CALL_ENTRIES) + "\n" + json.dumps(options)
+    env = {"PATH": os.environ.get("PATH", ""), "TMPDIR": str(workdir)}
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", _hostcode.BOOT_CARRIED, "_hostcall.run_lease"], input=stdin, capture_output=True, text=True, env=env, check=False
+    )
+    assert json.loads(ran.stdout)["outcome"] == "taken", ran.stderr
+    assert list(workdir.iterdir()) == []

@@ -113,3 +113,16 @@ def test_a_rollback_must_find_the_previous_files_and_a_stopped_unit_is_said() ->
     assert expected is not None and expected["invocation_id"] == "b" * 32
     assert settle.contradictions(expected, {"ActiveState": "inactive", "SubState": "dead"}, {}) == ["the unit is inactive (dead)"]
     assert settle.expected_end("rollback_failed", SEEN, CHANGED) is None
+
+
+def test_between_the_steps_of_a_phase_a_fresh_heartbeat_is_not_renewed_again() -> None:
+    clock, steps = Clock(), Steps([{"held": True}] * 4)
+    lease = _host_lease.HostLease(steps, "sglang.service", "mine", clock=clock)  # type: ignore[arg-type]
+    lease.renew_when_due()
+    clock.sleep(_host_lease.RENEW_AFTER - 0.1)
+    lease.renew_when_due()
+    assert len(steps.asked) == 1
+    clock.sleep(0.1)
+    lease.renew_when_due()
+    lease.renew()  # asked for outright (after the wait, before a rollback): always sent
+    assert [args["action"] for args in steps.asked] == ["renew"] * 3
