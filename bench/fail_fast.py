@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -214,6 +215,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured beside this one")
     parser.add_argument("--ways", default=",".join(WAYS), help=f"comma-separated ways to play the logs (default {','.join(WAYS)})")
     parser.add_argument("--reuse-fleet", action="store_true", help="use the fleet already up in $INFEROPS_FLEET_DIR instead of booting one")
+    parser.add_argument("--keep-logs", action="store_true", help="keep each run's output and timeline (their directory is printed)")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks.md", help="where the table goes (default docs/benchmarks.md)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -248,7 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             for host in fleet.hosts:
                 fleet.reset(host)
-    print("WORKDIR", workdir)  # TMP
+    if args.keep_logs:
+        print(f"each run's output and timeline: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     command = "python bench/fail_fast.py" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     section = "\n".join(
         [

@@ -20,8 +20,10 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import importlib.util
 import io
 import json
+import marshal
 import os
 import re
 import shlex
@@ -56,19 +58,21 @@ if not os.path.isdir(lib):
 sys.path.insert(0, lib)
 importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
 """
-# a phase's call carries its code on stdin (one base64 line, then the options): nothing is installed on
-# the host, nothing is left there when the controller is killed, and a call costs one round trip where
-# installing the code and removing it cost three more per phase
-BOOT_CARRIED = """import base64, importlib, io, shutil, sys, tempfile, zipfile
+# a phase's call carries its code on stdin (one base64 line, then the options), imported from the zip
+# (zipimport: only what the call imports is read, from bytecode compiled here when the host's Python is
+# the controller's, from source otherwise): nothing is installed on the host, nothing is left there when
+# the controller is killed, and a call costs one round trip where installing the code and removing it
+# cost three more per phase
+BOOT_CARRIED = """import base64, importlib, os, sys, tempfile
 entry = sys.argv[1]
-bundle = base64.b64decode(sys.stdin.readline())
-lib = tempfile.mkdtemp(prefix="inferops-call-")
+handle, bundle = tempfile.mkstemp(prefix="inferops-call-", suffix=".zip")
 try:
-    zipfile.ZipFile(io.BytesIO(bundle)).extractall(lib)
-    sys.path.insert(0, lib)
+    with os.fdopen(handle, "wb") as out:
+        out.write(base64.b64decode(sys.stdin.readline()))
+    sys.path.insert(0, bundle)
     importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
 finally:
-    shutil.rmtree(lib, ignore_errors=True)
+    os.unlink(bundle)
 """
 PACKAGE = "ansible_collections.inferops.runbooks.plugins.module_utils"
 BUNDLE_PACKAGE = PACKAGE.replace(".", "/")
@@ -150,28 +154,41 @@ def import_closure(entries: t.Iterable[str]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def code_bundle(entries: tuple[str, ...]) -> bytes:
+def code_bundle(entries: tuple[str, ...], compiled: bool = False) -> bytes:
     """The module_utils that ``entries`` need (``import_closure``), in their package, with the package
-    markers that keep another ansible_collections on the host from shadowing them."""
+    markers that keep another ansible_collections on the host from shadowing them; ``compiled``, each
+    with its bytecode beside it (``unchecked_pyc``, for an import from the zip)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
         parts = BUNDLE_PACKAGE.split("/")
-        for depth in range(1, len(parts) + 1):
-            bundle.writestr("/".join(parts[:depth]) + "/__init__.py", "")
+        members = [("/".join(parts[:depth]) + "/__init__.py", b"") for depth in range(1, len(parts) + 1)]
         for name in import_closure(entries):
             path = t.cast(str, source_path(name))
             with open(path, "rb") as handle:
-                bundle.writestr(BUNDLE_PACKAGE + "/" + os.path.relpath(path, MODULE_UTILS), handle.read())
+                members.append((BUNDLE_PACKAGE + "/" + os.path.relpath(path, MODULE_UTILS), handle.read()))
+        for member, source in members:
+            bundle.writestr(member, source)
+            if compiled:
+                bundle.writestr(member[:-3] + ".pyc", unchecked_pyc(source, member))
     return buffer.getvalue()
 
 
-def run_bundle(entries: tuple[str, ...], directory: str | None = None) -> bytes:
-    """``code_bundle(entries)``, built once per run: every phase of every host runs in a process of
+def unchecked_pyc(source: bytes, name: str) -> bytes:
+    """``source``'s bytecode as an unchecked hash-based .pyc (PEP 552): a Python of the controller's
+    version imports it without compiling or checking the source beside it; any other rejects its magic
+    number and compiles the source."""
+    code = compile(source, name, "exec", dont_inherit=True)
+    return importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
+def run_bundle(entries: tuple[str, ...], directory: str | None = None, compiled: bool = False) -> bytes:
+    """``code_bundle(entries, compiled)``, built once per run: every phase of every host runs in a process of
     its own, forked before any of them built it, so the bundle is kept in the run's local temporary
     directory (``directory``, default Ansible's, removed at the run's end) and read from there; the
     forks that ask at the same moment wait for the first one's."""
     directory = directory if directory is not None else str(C.DEFAULT_LOCAL_TMP)
-    path = os.path.join(directory, "inferops-code-" + hashlib.sha256("\0".join(entries).encode()).hexdigest()[:16] + ".zip")
+    named = "\0".join([*entries, "compiled" if compiled else "source"])
+    path = os.path.join(directory, "inferops-code-" + hashlib.sha256(named.encode()).hexdigest()[:16] + ".zip")
     found = _kept_bundle(path)
     if found is not None:
         return found
@@ -179,7 +196,7 @@ def run_bundle(entries: tuple[str, ...], directory: str | None = None) -> bytes:
         found = _kept_bundle(path)
         if found is not None:
             return found
-        data = code_bundle(entries)
+        data = code_bundle(entries, compiled)
         try:
             written = f"{path}.{os.getpid()}"
             with open(written, "wb") as handle:
@@ -200,8 +217,8 @@ def _kept_bundle(path: str) -> bytes | None:
 
 @functools.lru_cache(maxsize=None)
 def carried_bundle(entries: tuple[str, ...]) -> str:
-    """``run_bundle(entries)`` as the one base64 line that a carried call sends first."""
-    return base64.b64encode(run_bundle(entries)).decode("ascii")
+    """``run_bundle(entries)``, compiled, as the one base64 line that a carried call sends first."""
+    return base64.b64encode(run_bundle(entries, compiled=True)).decode("ascii")
 
 
 def known_python(action: t.Any, task_vars: t.Mapping[str, t.Any]) -> str | None:
@@ -275,7 +292,7 @@ class HostCode:
             raise ValueError(f"{entry} is not in the code copied for {self.label} ({', '.join(self.entries)})")
         if self.carried:
             cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT_CARRIED, entry))
-            stdin = carried_bundle(self.entries) + "\n" + json.dumps(options)
+            stdin = carried_bundle((entry,)) + "\n" + json.dumps(options)
         else:
             cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, entry, str(self.bundle)))
             stdin = json.dumps(options)

@@ -196,7 +196,7 @@ def test_a_bundle_that_would_carry_controller_code_is_caught(tmp_path: Path, mon
 def test_a_bundle_is_built_once_per_run_and_read_by_every_phase_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[tuple[str, ...]] = []
 
-    def build(entries: tuple[str, ...]) -> bytes:
+    def build(entries: tuple[str, ...], compiled: bool = False) -> bytes:
         built.append(entries)
         return b"zip of " + ",".join(entries).encode()
 
@@ -220,10 +220,24 @@ def test_a_carried_call_runs_from_its_stdin_alone_and_leaves_nothing(tmp_path: P
     checked = checked_params(_hostcode.HOST_CALLS["run_lease"], given)
     assert checked is not None
     options = {"params": checked[0], "check_mode": False}
-    stdin = _hostcode.carried_bundle(_hostcode.CALL_ENTRIES) + "\n" + json.dumps(options)
+    stdin = _hostcode.carried_bundle(("_hostcall.run_lease",)) + "\n" + json.dumps(options)
     env = {"PATH": os.environ.get("PATH", ""), "TMPDIR": str(workdir)}
     ran = subprocess.run(
         [sys.executable, "-I", "-c", _hostcode.BOOT_CARRIED, "_hostcall.run_lease"], input=stdin, capture_output=True, text=True, env=env, check=False
     )
     assert json.loads(ran.stdout)["outcome"] == "taken", ran.stderr
     assert list(workdir.iterdir()) == []
+    # run from the bytecode compiled on the controller (this Python's version): nothing compiled on the host
+    refuse_compiling = (
+        "import builtins, sys\nreal = builtins.compile\n"
+        "builtins.compile = lambda *a, **k: sys.exit('compiled ' + str(a[1])) if a[2:3] == ('exec',) else real(*a, **k)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", refuse_compiling + _hostcode.BOOT_CARRIED, "_hostcall.run_lease"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert ran.returncode == 0 and json.loads(ran.stdout)["outcome"] == "renewed", ran.stderr
