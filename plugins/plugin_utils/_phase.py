@@ -206,6 +206,16 @@ class Steps:
         return result
 
 
+class PhaseBody:
+    """The body of a phase of one host, apart from its action plugin: its steps taken through ``steps``
+    (a unit test gives a stand-in that answers from a script), with the task's variables and check mode."""
+
+    def __init__(self, steps: Steps, task_vars: dict[str, t.Any], check_mode: bool) -> None:
+        self.steps = steps
+        self.task_vars = task_vars
+        self.check_mode = check_mode
+
+
 def secrets(api_key: t.Any, redact: t.Any) -> list[str]:
     """The texts taken out of every result on the target: the API key, and the user's list of
     secrets (a list, or comma-separated text from an AWX survey)."""

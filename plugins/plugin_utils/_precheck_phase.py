@@ -14,7 +14,7 @@ import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.module_utils._report import phase_index
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import dead_here
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, bearer, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import PhaseBody, Result, StepFailed, Steps, bearer, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import runbook_report, sleeping
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._sleeping import sleep_url
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._smoke import smoke_test
@@ -94,14 +94,9 @@ def look_summary(probe: Result) -> dict[str, t.Any]:
     }
 
 
-class PrecheckPhase:
+class PrecheckPhase(PhaseBody):
     """The precheck of one host: its steps taken through ``steps``, with the task's variables and check
     mode; ``run`` returns the task's result (the phase takes no arguments: it reads the role's variables)."""
-
-    def __init__(self, steps: Steps, task_vars: dict[str, t.Any], check_mode: bool) -> None:
-        self.steps = steps
-        self.task_vars = task_vars
-        self.check_mode = check_mode
 
     def run(self) -> Result:
         steps, task_vars = self.steps, self.task_vars

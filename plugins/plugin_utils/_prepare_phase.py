@@ -26,7 +26,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _prepare as decide
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._alertmanager import expire_silence, silence_host
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease, holder
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import PhaseBody, Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError, registration
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import advance_record
@@ -83,7 +83,7 @@ def task_diff(task: t.Any, diff: bool | None) -> t.Iterator[None]:
         task.diff = saved
 
 
-class PreparePhase:
+class PreparePhase(PhaseBody):
     """The prepare phase of one host: its steps taken through ``steps``, with the task's variables and
     check mode; ``run`` returns the task's result (the phase takes no arguments: it reads the role's
     variables through check_options)."""
@@ -96,9 +96,7 @@ class PreparePhase:
         render: decide.Render,
         diff: t.Callable[[bool | None], t.ContextManager[None]],
     ) -> None:
-        self.steps = steps
-        self.task_vars = task_vars
-        self.check_mode = check_mode
+        super().__init__(steps, task_vars, check_mode)
         # the action's own: its loader and templar render the templates, its task's --diff is copy's
         self.render = render
         self.diff = diff

@@ -20,7 +20,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import ChannelError, Rendezvous, channel_directory
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import RENEW, HostLease
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import STAGE as LEASE_STAGE
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps, secrets
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import PhaseBody, Result, StepFailed, Steps, secrets
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._release import release_leftovers
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._rollback import RecordFailed, Rollback, rollback_args
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import advance_record, optional_mapping
@@ -167,14 +167,12 @@ def behind_peers(node: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], 
         raise StepFailed("deployment", "Deployment | Stop here, a peer did not get through the step", {"failed": True, "msg": msg})
 
 
-class RestartPhase:
+class RestartPhase(PhaseBody):
     """The restart phase of one host: its steps taken through ``steps``, with the task's variables and
     check mode; ``run`` takes the phase's checked arguments and returns the task's result."""
 
     def __init__(self, steps: Steps, task_vars: dict[str, t.Any], check_mode: bool) -> None:
-        self.steps = steps
-        self.task_vars = task_vars
-        self.check_mode = check_mode
+        super().__init__(steps, task_vars, check_mode)
         # this run's hold on the host, once the run holds it: renewed between the parts and in the drain
         self.lease: HostLease | None = None
 

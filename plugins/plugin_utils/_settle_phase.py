@@ -14,7 +14,7 @@ import typing as t
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils import _observed, _rollout, _silences
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._host_lease import HostLease
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, StepFailed, Steps
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import PhaseBody, Result, StepFailed, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._router import Router, RouterError
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runbook_report import fleet_starts, runbook_report
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import advance_record, optional_mapping
@@ -108,14 +108,9 @@ def record_updates(decision: t.Mapping[str, t.Any], plan: t.Mapping[str, t.Any])
     }
 
 
-class SettlePhase:
+class SettlePhase(PhaseBody):
     """The settle phase of one host: its steps taken through ``steps``, with the task's variables and
     check mode; ``run`` takes the phase's checked arguments and returns the task's result."""
-
-    def __init__(self, steps: Steps, task_vars: dict[str, t.Any], check_mode: bool) -> None:
-        self.steps = steps
-        self.task_vars = task_vars
-        self.check_mode = check_mode
 
     def run(self, args: dict[str, t.Any]) -> Result:
         steps, task_vars = self.steps, self.task_vars
