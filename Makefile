@@ -75,12 +75,14 @@ molecule: setup
 	$(BIN)/molecule test --all
 
 # this collection side by side with the usual playbook and the probe style (~40 min), the three waiting
-# through a 5-minute start (the GPU host's CPU per phase, ~25 min), then the precheck's read of a
+# through a 5-minute start (the GPU host's CPU per phase, ~25 min), the controller's cost at 1, 16 and 64
+# hosts beside the usual playbook's (~8 min), then the precheck's read of a
 # 5,000,000-entry journal, first and second run, with and without --grep (~15 min), and the rollout
 # page of a 16-host run, its size and time (a second; docs/benchmarks.md)
 bench: setup
 	$(PYTHON) bench/side_by_side.py
 	$(PYTHON) bench/side_by_side.py --cost-only --sizes 1 --repeats 1 --cost-start 300 --stall-limit 400 --budget 700 --scenarios ok
+	$(PYTHON) bench/side_by_side.py --cost-only --sizes 1,16,64 --repeats 1 --tools ours,usual --section side_by_side_per_host
 	$(PYTHON) bench/precheck_journal.py
 	$(PYTHON) bench/rollout_page.py
 	$(PYTHON) bench/fail_fast.py --repeats 3

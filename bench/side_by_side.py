@@ -56,7 +56,7 @@ from measure import (  # noqa: E402
     parallel,
 )
 
-from tests.harness.fleet import SCENARIO_FILE, SIM_UNIT, Fleet  # noqa: E402
+from tests.harness.fleet import MAX_HOSTS, SCENARIO_FILE, SIM_UNIT, Fleet  # noqa: E402
 
 TOOLS = ("ours", "usual", "probe")
 # "before": this collection from another checkout (--before DIR), the same role run from there
@@ -459,6 +459,7 @@ ROW_HANG = "Hang in {phase}: last line -> failed run (s)"
 ROW_READY = "Health 200 -> wait passed (s)"
 ROW_WAIT_CPU = "Controller CPU while waiting, {n} host(s) (s per host-minute)"
 ROW_RUN_CPU = "Controller CPU, whole run, {n} host(s) (s)"
+ROW_MARGINAL = "Controller CPU per host beyond the first, {a} to {b} hosts (s)"
 ROW_WALL = "Wall time, whole run, {n} host(s) (s)"
 ROW_TARGET = "Target CPU while waiting, beyond the server's own (s per minute)"
 ROW_TARGET_PHASE = "Target CPU while waiting, beyond the server's own, {phase} (s per minute)"
@@ -738,10 +739,29 @@ def row_order(settings: Settings) -> list[str]:
     rows += [ROW_READY]
     for template in (ROW_WAIT_CPU, ROW_RUN_CPU, ROW_WALL):
         rows += [template.format(n=size) for size in settings.sizes]
+        if template == ROW_RUN_CPU:
+            rows += [ROW_MARGINAL.format(a=a, b=b) for a, b in size_steps(settings.sizes)]
     biggest = max(settings.sizes)
     rows += [ROW_TARGET, *(ROW_TARGET_PHASE.format(phase=phase) for phase in WAIT_PHASES), ROW_MEM.format(n=biggest), ROW_PSS.format(n=biggest)]
     rows += [ROW_RATE.format(n=settings.journal_entries), ROW_JMEM.format(n=settings.journal_entries)]
     return rows
+
+
+def size_steps(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """Each size with the next larger one."""
+    ordered = sorted(set(sizes))
+    return list(zip(ordered, ordered[1:]))
+
+
+def add_marginal(figures: Figures, settings: Settings) -> None:
+    """The controller CPU each host beyond the first costs between two sizes: the difference of the
+    whole runs' medians over the difference of hosts (flat when the cost per host does not grow)."""
+    for a, b in size_steps(settings.sizes):
+        for tool in settings.tools:
+            small = Spread.of(figures.samples.get(ROW_RUN_CPU.format(n=a), {}).get(tool, []))
+            large = Spread.of(figures.samples.get(ROW_RUN_CPU.format(n=b), {}).get(tool, []))
+            if small is not None and large is not None:
+                figures.add(ROW_MARGINAL.format(a=a, b=b), tool, (large.median - small.median) / (b - a))
 
 
 def cell(figures: Figures, row: str, tool: str, settings: Settings) -> str:
@@ -756,7 +776,8 @@ def cell(figures: Figures, row: str, tool: str, settings: Settings) -> str:
     spread = Spread.of(samples)
     if spread is None:
         return notes[0] if notes else ("no decision" if samples else "-")
-    digits = 0 if row.startswith("Right") or "entries per second" in row or "MiB" in row else 2 if "per host-minute" in row or "per minute" in row else 1
+    per_host = "per host-minute" in row or "per minute" in row or "per host beyond" in row
+    digits = 0 if row.startswith("Right") or "entries per second" in row or "MiB" in row else 2 if per_host else 1
     text = spread.text(digits)
     missing = sum(1 for s in samples if s is None)
     if missing:
@@ -863,6 +884,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--cost-start", type=float, help="seconds of the cost runs' simulated cold start (default 10)")
     parser.add_argument("--cost-only", action="store_true", help="the cost runs alone (no verdicts, journal, classifier): waiting through a long start")
     parser.add_argument("--before", type=Path, help="another checkout of this collection (an older commit) measured in a fourth column")
+    parser.add_argument("--section", help="the marks in --output the results go between (default side_by_side; side_by_side_waiting with --cost-only)")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's output and timeline (their directory is printed)")
     parser.add_argument("--tools", help=f"comma-separated tools to measure (default all: {', '.join(TOOLS)}, and before with --before)")
     args = parser.parse_args(argv)
@@ -905,8 +927,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         changes["before"] = args.before.resolve()
     settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
     settings.scenario_list()  # a typo stops here, before anything boots
-    if not all(1 <= size <= 32 for size in settings.sizes):
-        parser.error("--sizes: host counts must be 1..32")
+    if not all(1 <= size <= MAX_HOSTS for size in settings.sizes):
+        parser.error(f"--sizes: host counts must be 1..{MAX_HOSTS}")
     return args, settings
 
 
@@ -956,9 +978,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"the runs' logs are in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+    add_marginal(figures, settings)
     section = results_section(figures, settings, command, classify_text, time.monotonic() - started, load.text())
     print(section)
-    write_results(args.output, section, COST_MARKS if args.cost_only else (MARK_BEGIN, MARK_END))
+    marks = (f"<!-- {args.section}:begin -->", f"<!-- {args.section}:end -->") if args.section else COST_MARKS if args.cost_only else (MARK_BEGIN, MARK_END)
+    write_results(args.output, section, marks)
     progress(f"results written to {args.output}")
     return 0
 
