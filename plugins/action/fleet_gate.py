@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.runbooks.plugins.action.check_options import fleet_problems
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _fleet
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _fleet, _run_results
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import (
     FLEET_OPTIONS,
     FLEET_PREFIX,
@@ -50,6 +50,23 @@ LOOK_OPTIONS = ("port", "api_key", "smoke_url", "smoke_model", "router_url", "ro
 BAKE_OPTIONS = ("unit", "engine", "extra_rules", "disabled_rules", "health_url", "health_timeout")
 
 Looks = dict[str, t.Optional[str]]
+
+
+def failed_deployments(deployments: t.Mapping[str, list[str]]) -> dict[str, str]:
+    """The play's deployments that failed so far (a host's report's verdict, or its bake), as their
+    settle phase and their bake kept them in this run (``_run_results``: after every batch, the whole
+    play's hosts read without composing their variables)."""
+    hosts = [host for members in deployments.values() for host in members]
+    verdicts, bakes = _run_results.read(hosts, _run_results.VERDICT), _run_results.read(hosts, _run_results.BAKE)
+    failed: dict[str, str] = {}
+    for name, members in deployments.items():
+        for host in members:
+            report, bake = verdicts.get(host) or {}, bakes.get(host) or {}
+            if report.get("verdict") == "fail":
+                failed[name] = str(report.get("reason") or "fail")
+            elif bake.get("verdict") == "fail":
+                failed[name] = f"bake_failed: {bake.get('msg')}"
+    return failed
 
 
 class ActionModule(ActionBase):
@@ -215,6 +232,8 @@ class ActionModule(ActionBase):
             "msg": why or f"served through {pause:g} s ({looks} look(s))",
         }
         display.display(f"fleet gate: bake of {host}: {bake['reason']}: {bake['msg']}")
+        # what the fleet gate after the batch counts (a bake that failed is a failed deployment)
+        _run_results.keep(host, _run_results.BAKE, bake)
         return {"changed": False, **bake, "bake": bake}
 
     def _out_of_router(self, host: str) -> str:
@@ -243,7 +262,7 @@ class ActionModule(ActionBase):
 
     def _after(self, fleet: t.Mapping[str, t.Any], rollout: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         deployments = self._deployments(rollout)
-        failed = self._failed(deployments)
+        failed = failed_deployments(deployments)
         batch = [name for name in self._batch(deployments) if name not in failed]
         share, _problem = parse_share(fleet.get("min_serving", 0), f"{FLEET_PREFIX}min_serving")
         gate: Looks = {}
@@ -257,21 +276,6 @@ class ActionModule(ActionBase):
         if not tolerance.within:
             result.update(failed=True, reason="tolerance_exceeded")
         return result
-
-    def _failed(self, deployments: t.Mapping[str, list[str]]) -> dict[str, str]:
-        """The play's deployments that failed so far (their report's verdict, or their bake)."""
-        hostvars = self.task_vars.get("hostvars") or {}
-        failed: dict[str, str] = {}
-        for name, hosts in deployments.items():
-            for host in hosts:
-                variables = hostvars.get(host) or {}
-                report = plain(variables.get("sglang_restart_report") or {}) if "sglang_restart_report" in variables else {}
-                bake = plain(variables.get("sglang_fleet_bake") or {}) if "sglang_fleet_bake" in variables else {}
-                if report.get("verdict") == "fail":
-                    failed[name] = str(report.get("reason") or "fail")
-                elif bake.get("verdict") == "fail":
-                    failed[name] = f"bake_failed: {bake.get('msg')}"
-        return failed
 
     def _gate(self, deployments: t.Mapping[str, list[str]], batch: list[str], timeout: float) -> Looks:
         """The batch's deployments must serve (and be listed by their router) before the next batch; what is left failing."""

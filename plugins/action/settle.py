@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _run_starts
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _run_results
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._phase import Result, Steps
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import PhaseAction
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._settle_phase import SettlePhase
@@ -40,6 +40,9 @@ class ActionModule(PhaseAction):
 
     def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:
         result = SettlePhase(steps, task_vars, bool(self._task.check_mode)).run(args)
-        # what the report step of every host of the run compares its start with (lookup run_starts)
-        _run_starts.keep(str(task_vars.get("inventory_hostname", "")), result.get("fleet_start") or {})
+        # what the report step of every host compares its start with (lookup run_starts), and what the
+        # rolling playbook's fleet gate counts as failed after every batch
+        host, report = str(task_vars.get("inventory_hostname", "")), result.get("report") or {}
+        _run_results.keep(host, _run_results.START, result.get("fleet_start") or {})
+        _run_results.keep(host, _run_results.VERDICT, {"verdict": report.get("verdict"), "reason": report.get("reason")})
         return result

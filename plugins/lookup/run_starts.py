@@ -42,7 +42,7 @@ import typing as t  # noqa: E402
 
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _run_starts  # noqa: E402
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _run_results  # noqa: E402
 
 
 def _hosts(terms: t.Iterable[t.Any]) -> list[str]:
@@ -58,4 +58,4 @@ def _hosts(terms: t.Iterable[t.Any]) -> list[str]:
 class LookupModule(LookupBase):
     def run(self, terms: list[t.Any], variables: dict[str, t.Any] | None = None, **kwargs: t.Any) -> list[dict[str, t.Any]]:
         self.set_options(var_options=variables, direct=kwargs)
-        return [_run_starts.read(_hosts(terms))]
+        return [_run_results.starts(_hosts(terms))]
