@@ -37,9 +37,18 @@ def role_play(playbook: Path, outer_vars: dict[str, Any] | None = None) -> dict[
         variables = {**(outer_vars or {}), **(play.get("vars") or {})}
         if "ansible.builtin.import_playbook" in play:
             return role_play(playbook.parent / play["ansible.builtin.import_playbook"], variables)
-        if play.get("roles"):
+        if played_role(play):
             return {**play, "vars": variables}
     raise AssertionError(f"{playbook.name}: no play runs a role")
+
+
+def played_role(play: dict[str, Any]) -> str | None:
+    """The role a play runs: listed in its roles, or imported by one of its tasks."""
+    listed = [entry["role"] if isinstance(entry, dict) else entry for entry in play.get("roles") or []]
+    imported = [task["ansible.builtin.import_role"]["name"] for task in play.get("tasks") or [] if "ansible.builtin.import_role" in task]
+    found = listed + imported
+    assert len(found) <= 1, f"the play {play.get('name')!r} runs more than one role: {found}"
+    return str(found[0]) if found else None
 
 
 def playbook_of(survey: Path) -> dict[str, Any]:
@@ -47,8 +56,7 @@ def playbook_of(survey: Path) -> dict[str, Any]:
 
 
 def role_options(play: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    [role] = [entry["role"] if isinstance(entry, dict) else entry for entry in play["roles"]]
-    name = role.rsplit(".", 1)[-1]
+    name = str(played_role(play)).rsplit(".", 1)[-1]
     specs = yaml.safe_load((REPO / "roles" / name / "meta" / "argument_specs.yml").read_text())
     return {**dict(specs["argument_specs"]["main"]["options"]), **rollout_options(name)}
 
