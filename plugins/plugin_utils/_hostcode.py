@@ -44,7 +44,7 @@ from ansible_collections.inferops.runbooks.plugins.module_utils._hostcall import
     unit_info,
     unit_leftovers,
 )
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import exclusive
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import built_once
 
 display = Display()
 
@@ -189,22 +189,7 @@ def run_bundle(entries: tuple[str, ...], directory: str | None = None, compiled:
     directory = directory if directory is not None else str(C.DEFAULT_LOCAL_TMP)
     named = "\0".join([*entries, "compiled" if compiled else "source"])
     path = os.path.join(directory, "inferops-code-" + hashlib.sha256(named.encode()).hexdigest()[:16] + ".zip")
-    found = _kept_bundle(path)
-    if found is not None:
-        return found
-    with exclusive(f"{path}.lock"):
-        found = _kept_bundle(path)
-        if found is not None:
-            return found
-        data = code_bundle(entries, compiled)
-        try:
-            written = f"{path}.{os.getpid()}"
-            with open(written, "wb") as handle:
-                handle.write(data)
-            os.replace(written, path)
-        except OSError:
-            pass
-    return data
+    return built_once(path, _kept_bundle, lambda: code_bundle(entries, compiled), _write_bundle)
 
 
 def _kept_bundle(path: str) -> bytes | None:
@@ -213,6 +198,13 @@ def _kept_bundle(path: str) -> bytes | None:
             return handle.read()
     except OSError:
         return None
+
+
+def _write_bundle(path: str, data: bytes) -> None:
+    written = f"{path}.{os.getpid()}"
+    with open(written, "wb") as handle:
+        handle.write(data)
+    os.replace(written, path)
 
 
 @functools.lru_cache(maxsize=None)

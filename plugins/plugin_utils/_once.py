@@ -21,7 +21,7 @@ import typing as t
 from ansible import constants as C
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._options import rule_problems
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import exclusive
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import built_once
 
 Problems = list[str]
 
@@ -36,17 +36,7 @@ def once(kind: str, checked: t.Any, check: t.Callable[[], Problems]) -> Problems
     """``check()``'s problems for ``checked`` (JSON-able data): computed by the first process of the
     run that asks (the hosts' forks asking at the same moment wait for it), read back by every later
     one. A cache that cannot be read or written is skipped."""
-    path = _path(kind, checked)
-    found = _kept(path)
-    if found is not None:
-        return found
-    with exclusive(f"{path}.lock"):
-        found = _kept(path)
-        if found is not None:
-            return found
-        problems = check()
-        _keep(path, problems)
-    return problems
+    return built_once(_path(kind, checked), _kept, check, _keep)
 
 
 def _kept(path: str) -> Problems | None:
@@ -65,10 +55,7 @@ def _path(kind: str, checked: t.Any) -> str:
 
 
 def _keep(path: str, problems: Problems) -> None:
-    try:
-        handle, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(problems, out)
-        os.replace(partial, path)
-    except OSError:
-        pass
+    handle, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        json.dump(problems, out)
+    os.replace(partial, path)

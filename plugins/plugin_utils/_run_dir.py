@@ -1,8 +1,7 @@
 # Copyright (c) inferops.runbooks contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side helper: a lock on a file of this run of ``ansible-playbook``, for what its forks
-build once and share (the rules' check, the code copied to the hosts) in the run's local temporary
-directory.
+"""Controller-side helper: what the forks of this run of ``ansible-playbook`` build once and share (the
+rules' check, the code sent to the hosts), kept as a file of the run's local temporary directory.
 
 Private to the collection; may change at any time. Standard library only.
 """
@@ -13,6 +12,8 @@ import contextlib
 import fcntl
 import os
 import typing as t
+
+T = t.TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -30,3 +31,20 @@ def exclusive(path: str) -> t.Iterator[None]:
         yield
     finally:
         os.close(lock)
+
+
+def built_once(path: str, read: t.Callable[[str], T | None], build: t.Callable[[], T], write: t.Callable[[str, T], None]) -> T:
+    """What ``read`` finds at ``path``; otherwise ``build()``, written there for the later forks. The
+    first fork that asks builds it, those asking at the same moment wait for it; a file that cannot be
+    written only costs building it again (``write`` raises OSError)."""
+    found = read(path)
+    if found is not None:
+        return found
+    with exclusive(f"{path}.lock"):
+        found = read(path)
+        if found is not None:
+            return found
+        made = build()
+        with contextlib.suppress(OSError):
+            write(path, made)
+    return made
