@@ -26,8 +26,8 @@ RELEASE = "Lease | Release the host's lease"
 HOLDING = ("taken", "renewed", "taken_over")
 # seconds between two tries while waiting for another run's lease
 RETRY = 5.0
-# between the steps of one phase, a heartbeat younger than this is not renewed again: it cannot have
-# gone stale (a lease is stale after lock_stale, at least 1 s), and each renewal is a round trip to the host
+# between the steps of one phase, a heartbeat younger than this (or than a quarter of lock_stale, when
+# that is less) is not renewed again: it cannot have gone stale, and each renewal is a round trip to the host
 RENEW_AFTER = 5.0
 
 
@@ -88,10 +88,13 @@ def waiting_line(host: str, holder_text: str, waited: float, limit: float) -> st
 class HostLease:
     """The lease of one host's unit for one run, through the run_lease call."""
 
-    def __init__(self, steps: Steps, unit: str, run_id: str, clock: t.Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, steps: Steps, unit: str, run_id: str, stale_after: float = float("inf"), clock: t.Callable[[], float] = time.monotonic
+    ) -> None:
         self.steps = steps
         self.unit = unit
         self.run_id = run_id
+        self.renew_after = min(RENEW_AFTER, stale_after / 4)
         self.clock = clock
         self.renewed_at: float | None = None
 
@@ -142,8 +145,8 @@ class HostLease:
         return renewed
 
     def renew_when_due(self, stage: str = STAGE) -> None:
-        """``renew`` between the steps of a phase: the first time, then once RENEW_AFTER has passed."""
-        if self.renewed_at is None or self.clock() - self.renewed_at >= RENEW_AFTER:
+        """``renew`` between the steps of a phase: the first time, then once ``renew_after`` has passed."""
+        if self.renewed_at is None or self.clock() - self.renewed_at >= self.renew_after:
             self.renew(stage)
 
     def release(self) -> Result:

@@ -3,16 +3,17 @@
 """Controller-side helper: the collection's host code run as a plain Python process over the connection.
 
 Private to the collection; may change at any time. The module_utils that an entry point imports
-(standard library only: the probe's look, a phase's calls) are copied once into a directory of their
-own under the remote temporary directory for the wait's many looks, and each look runs ``python -c BOOT
-<entry> <bundle>`` with its options as JSON on stdin and its result as JSON on stdout; a phase's few
-calls carry the code on stdin instead (``BOOT_CARRIED``), one round trip each, nothing left on the host. A call pays neither building an
-AnsiballZ payload on the controller (a fifth to a third of a CPU second for each distinct module in a
-run) nor sending one; Python keeps the bytecode on the host. Whatever cannot be done this way (no
-pipelining, become, an unknown interpreter, a copy that fails) is left to the module, which is always
-the fallback. The bundle holds the entry points' import closure, read from their source (every import of the
-collection's module_utils, at any depth of the code, as ansible-core finds a module's), and nothing
-else: controller code never reaches a host.
+(standard library only: the probe's look, a phase's calls) reach the host as a zip of their source. For
+the wait's many looks it is copied once into a directory of its own under the remote temporary
+directory, and each look runs ``python -c BOOT <entry> <bundle>`` with its options as JSON on stdin and
+its result as JSON on stdout (Python keeps the bytecode there). A phase's few calls carry their own code
+on stdin instead (``BOOT_CARRIED``): one round trip each, where copying the code and removing it cost
+three more per phase. A call pays neither building an AnsiballZ payload on the controller (a fifth to a
+third of a CPU second for each distinct module in a run) nor sending one. Whatever cannot be done this
+way (no pipelining, become, an unknown interpreter, a copy that fails) is left to the module, which is
+always the fallback. A bundle holds the entry points' import closure, read from their source (every
+import of the collection's module_utils, at any depth of the code, as ansible-core finds a module's),
+and nothing else: controller code never reaches a host.
 """
 
 from __future__ import annotations
@@ -59,10 +60,8 @@ sys.path.insert(0, lib)
 importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
 """
 # a phase's call carries its code on stdin (one base64 line, then the options), imported from the zip
-# (zipimport: only what the call imports is read, from bytecode compiled here when the host's Python is
-# the controller's, from source otherwise): nothing is installed on the host, nothing is left there when
-# the controller is killed, and a call costs one round trip where installing the code and removing it
-# cost three more per phase
+# (zipimport: only what the call imports is read, from the bytecode compiled on the controller when the
+# host's Python is of its version, from the source otherwise); the zip lives as long as the call
 BOOT_CARRIED = """import base64, importlib, os, sys, tempfile
 entry = sys.argv[1]
 handle, bundle = tempfile.mkstemp(prefix="inferops-call-", suffix=".zip")

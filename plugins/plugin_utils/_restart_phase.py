@@ -186,7 +186,8 @@ class RestartPhase(PhaseBody):
         if not state["options"]:
             return {"failed": True, "msg": OUTSIDE_THE_ROLE}
         facts: dict[str, t.Any] = {"stopped": state["restart"] and earlier_failure is None}
-        lease = self.lease = HostLease(steps, state["options"]["unit"], state["run_id"]) if state["holds_lease"] else None
+        options = state["options"]
+        lease = self.lease = HostLease(steps, options["unit"], state["run_id"], float(options["lock_stale"])) if state["holds_lease"] else None
         try:
             together = self._rendezvous(state["node"], state["peers"], task_vars)
         except ChannelError as exc:

@@ -65,6 +65,7 @@ def options(**changes: Any) -> dict[str, Any]:
         "fail_on_new": False,
         "port": 30000,
         "stop_first": False,
+        "lock_stale": 600,
     }
     return {**base, **changes}
 

@@ -126,3 +126,12 @@ def test_between_the_steps_of_a_phase_a_fresh_heartbeat_is_not_renewed_again() -
     lease.renew_when_due()
     lease.renew()  # asked for outright (after the wait, before a rollback): always sent
     assert [args["action"] for args in steps.asked] == ["renew"] * 3
+
+
+def test_a_short_stale_limit_shortens_the_time_a_heartbeat_is_not_renewed_again() -> None:
+    clock, steps = Clock(), Steps([{"held": True}] * 2)
+    lease = _host_lease.HostLease(steps, "sglang.service", "mine", stale_after=2.0, clock=clock)  # type: ignore[arg-type]
+    lease.renew_when_due()
+    clock.sleep(0.5)
+    lease.renew_when_due()
+    assert len(steps.asked) == 2
