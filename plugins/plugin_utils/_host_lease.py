@@ -88,9 +88,7 @@ def waiting_line(host: str, holder_text: str, waited: float, limit: float) -> st
 class HostLease:
     """The lease of one host's unit for one run, through the run_lease call."""
 
-    def __init__(
-        self, steps: Steps, unit: str, run_id: str, stale_after: float = float("inf"), clock: t.Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, steps: Steps, unit: str, run_id: str, stale_after: float = float("inf"), clock: t.Callable[[], float] = time.monotonic) -> None:
         self.steps = steps
         self.unit = unit
         self.run_id = run_id
