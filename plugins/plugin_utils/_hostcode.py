@@ -250,13 +250,13 @@ class HostCode:
 
     @property
     def installed(self) -> bool:
-        return self.bundle is not None
+        return self.python is not None if self.carried else self.bundle is not None
 
     def install(self, python: str) -> bool:
         """Copy the code to a directory of its own under the remote temporary directory (carried: only
         note the host's Python)."""
         if self.carried:
-            self.python, self.bundle = python, ""
+            self.python = python
             return True
         try:
             remote_tmp = self.action.get_shell_option("remote_tmp", default="~/.ansible/tmp")
