@@ -25,7 +25,6 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._runtime import 
 class ActionModule(PhaseAction):
     """The prepare phase of one host; see the module docs (its body: ``plugin_utils/_prepare_phase``)."""
 
-    TRANSFERS_FILES = True
     ARGUMENT_SPEC: t.ClassVar[dict[str, t.Any]] = {}
 
     def run_phase(self, steps: Steps, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> Result:

@@ -98,15 +98,15 @@ class Transport:
 
 class FastTransport(Transport):
     """Transport whose looks after the first run as a plain Python process on the managed host: the
-    probe's code (stdlib only) is copied there once per wait, so that a look pays neither AnsiballZ's
-    payload nor compiling it again (Python keeps the bytecode). The first look too when the host's
+    probe's code (stdlib only) comes with the first of them and stays there for the wait, so that a look
+    pays neither AnsiballZ's payload nor compiling it again (Python keeps the bytecode). The first look too when the host's
     Python is known; otherwise the first look, and every look after the fast way failed to set up or
     to run, is the service_probe module."""
 
     def __init__(self, action: ActionModule, wait: Wait, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> None:
         super().__init__(action, wait, args, task_vars)
         self.code = HostCode(action, "wait_ready", PROBE_ENTRIES)
-        # a node of a deployment keeps the module's looks: the plain process's set-up (copying the code,
+        # a node of a deployment keeps the module's looks: the plain process's set-up (unpacking the code,
         # then compiling it in the first look) delays that node's first sight of its journal, and the
         # node that stalled first, the deployment's root cause, is named by when each node saw its last progress
         self.usable = usable(action) and not wait.in_deployment
@@ -188,4 +188,7 @@ class ActionModule(ActionBase):
         finally:
             transport.cleanup()
         result["ended_at"] = round(time.time(), 3)
+        if wait.lease_renewed_at is not None:
+            # on the wall clock: the phase after the wait does not renew the heartbeat again at once
+            result["lease_renewed_at"] = round(time.time() - (time.monotonic() - wait.lease_renewed_at), 3)
         return result

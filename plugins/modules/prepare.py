@@ -111,7 +111,9 @@ peer:
   type: dict
   sample: {"run_id": "20260101T120000Z-4242", "reached_preflight": true}
 ansible_facts:
-  description: The same as RV(context), as facts of the host (and the host's Python when this phase discovered it).
+  description:
+    - C(sglang_restart_started_at) and C(sglang_restart_run_id) of RV(context), as facts of the host (and the host's
+      Python when this phase discovered it); the rest of RV(context) is not set as facts.
   returned: always
   type: dict
 """

@@ -109,4 +109,11 @@ steps:
   type: list
   elements: dict
   sample: [{"step": "Restart | Restart the unit in place", "outcome": "ok", "seconds": 0.62, "ended": 1796313384.2}]
+lease_renewed_at:
+  description:
+    - When this run last renewed its lease on the host (this phase, or the wait's looks), in seconds since the epoch;
+      M(inferops.runbooks.settle) does not renew it again within a few seconds of it. None when the run holds no lease.
+  returned: success
+  type: float
+  sample: 1796313390.52
 """

@@ -360,6 +360,10 @@ ended_at:
   description: When the wait ended, in seconds since the epoch (to compare with journal timestamps).
   returned: always
   type: float
+lease_renewed_at:
+  description: When a look last renewed the heartbeat of the lease of O(lease_run_id), in seconds since the epoch.
+  returned: when O(lease_run_id) was given and a look renewed it
+  type: float
 detected:
   description: Seconds after the wait began when the failure was decided.
   returned: when the wait failed

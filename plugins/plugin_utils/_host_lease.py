@@ -147,5 +147,23 @@ class HostLease:
         if self.renewed_at is None or self.clock() - self.renewed_at >= self.renew_after:
             self.renew(stage)
 
+    def renewed_before(self, at: t.Any) -> None:
+        """The heartbeat renewed at ``at`` (epoch seconds) by another part of this run: the prepare
+        phase's take, the wait's looks; ``renew_when_due`` counts from the latest renewal."""
+        if not isinstance(at, (int, float)) or isinstance(at, bool):
+            return
+        age = time.time() - float(at)
+        if age < 0:
+            return
+        renewed = self.clock() - age
+        if self.renewed_at is None or renewed > self.renewed_at:
+            self.renewed_at = renewed
+
+    def renewed_wall_clock(self) -> float | None:
+        """When the heartbeat was last renewed, in epoch seconds (for the next phase's ``renewed_before``)."""
+        if self.renewed_at is None:
+            return None
+        return round(time.time() - (self.clock() - self.renewed_at), 3)
+
     def release(self) -> Result:
         return self.steps.module(STAGE, RELEASE, MODULE, {"unit": self.unit, "action": "release", "run_id": self.run_id}, may_fail=True)

@@ -4,14 +4,16 @@
 
 Private to the collection; may change at any time. The module_utils that an entry point imports
 (standard library only: the probe's look, a phase's calls) reach the host as a zip of their source. For
-the wait's many looks it is copied once into a directory of its own under the remote temporary
-directory, and each look runs ``python -c BOOT <entry> <bundle>`` with its options as JSON on stdin and
-its result as JSON on stdout (Python keeps the bytecode there). A phase's few calls carry their own code
-on stdin instead (``BOOT_CARRIED``): one round trip each, where copying the code and removing it cost
-three more per phase. A call pays neither building an AnsiballZ payload on the controller (a fifth to a
-third of a CPU second for each distinct module in a run) nor sending one. Whatever cannot be done this
-way (no pipelining, become, an unknown interpreter, a copy that fails) is left to the module, which is
-always the fallback. A bundle holds the entry points' import closure, read from their source (every
+the wait's many looks the first look brings it on stdin, before its options, and unpacks it into a
+directory of its own under the remote temporary directory; each look runs ``python -c BOOT <entry>
+<directory>`` with its options as JSON on stdin and its result as JSON on stdout (Python keeps the
+bytecode there), and one command removes the directory at the end. A phase's few calls carry their own
+code on stdin instead (``BOOT_CARRIED``): one round trip each, where keeping the code and removing it
+cost one more per phase. A call pays neither building an AnsiballZ payload on the controller (a fifth to
+a third of a CPU second for each distinct module in a run) nor sending one. Whatever cannot be done this
+way (no pipelining, become, an unknown interpreter, a remote temporary directory that is neither
+absolute nor under ``~/``, a process that does not answer) is left to the module, which is always the
+fallback. A bundle holds the entry points' import closure, read from their source (every
 import of the collection's module_utils, at any depth of the code, as ansible-core finds a module's),
 and nothing else: controller code never reaches a host.
 """
@@ -27,6 +29,7 @@ import json
 import marshal
 import os
 import re
+import secrets
 import shlex
 import typing as t
 import zipfile
@@ -49,12 +52,13 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import 
 
 display = Display()
 
-BOOT = """import importlib, os, sys
-entry, bundle = sys.argv[1], sys.argv[2]
-lib = bundle[:-4]
-if not os.path.isdir(lib):
-    import zipfile
-    zipfile.ZipFile(bundle).extractall(lib + ".part")
+BOOT = """import base64, importlib, os, sys
+entry, lib = sys.argv[1], os.path.expanduser(sys.argv[2])
+if sys.argv[3:] == ["deliver"]:
+    import io, zipfile
+    os.umask(0o077)
+    os.makedirs(os.path.dirname(lib), exist_ok=True)
+    zipfile.ZipFile(io.BytesIO(base64.b64decode(sys.stdin.readline()))).extractall(lib + ".part")
     os.rename(lib + ".part", lib)
 sys.path.insert(0, lib)
 importlib.import_module("ansible_collections.inferops.runbooks.plugins.module_utils." + entry).cli()
@@ -228,6 +232,13 @@ def known_python(action: t.Any, task_vars: t.Mapping[str, t.Any]) -> str | None:
     return str(found) if isinstance(found, str) and found.startswith("/") else None
 
 
+def home_quoted(path: str) -> str:
+    """``path`` quoted for the host's shell, a leading ``~/`` left for the shell to expand."""
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
 def usable(action: t.Any) -> bool:
     """Whether the plain way can work on this connection: options on stdin need pipelining, and a
     plain process does not become another user."""
@@ -236,8 +247,9 @@ def usable(action: t.Any) -> bool:
 
 class HostCode:
     """The code's copy on one host for one phase (or one wait): what ``entries`` (module_utils modules
-    with a ``cli``) need, installed on first use, removed by ``cleanup``; or, ``carried``, sent with
-    each call (a phase's few calls), never installed."""
+    with a ``cli``) need, delivered with the first call into a directory of its own and run from there
+    by the calls after it, removed by ``cleanup``; or, ``carried``, sent with each call (a phase's few
+    calls), never kept."""
 
     def __init__(self, action: t.Any, label: str, entries: tuple[str, ...], carried: bool = False) -> None:
         self.action = action
@@ -245,34 +257,25 @@ class HostCode:
         self.entries = entries
         self.carried = carried
         self.python: str | None = None
-        self.bundle: str | None = None
+        # where the first call unpacks the code (under the remote temporary directory), once it has
         self.directory: str | None = None
+        self.delivered = False
 
     @property
     def installed(self) -> bool:
-        return self.python is not None if self.carried else self.bundle is not None
+        return self.python is not None
 
     def install(self, python: str) -> bool:
-        """Copy the code to a directory of its own under the remote temporary directory (carried: only
-        note the host's Python)."""
-        if self.carried:
-            self.python = python
-            return True
-        try:
-            remote_tmp = self.action.get_shell_option("remote_tmp", default="~/.ansible/tmp")
-            made = self.action._low_level_execute_command(
-                f"umask 77 && mkdir -p {remote_tmp} && mktemp -d {remote_tmp}/inferops-probe-XXXXXXXX", sudoable=False
-            )
-            directory = str(made.get("stdout", "")).strip()
-            if made.get("rc") != 0 or not directory.startswith("/"):
-                raise AnsibleError(f"mktemp failed: {made.get('stderr')}")
-            self.directory = directory
-            bundle = f"{directory}/probe.zip"
-            self.action._transfer_data(bundle, run_bundle(self.entries))
-        except (AnsibleError, OSError) as exc:
-            display.vvv(f"{self.label}: the collection's code could not be copied, modules run instead ({exc})", host=self.host)
-            return False
-        self.python, self.bundle = python, bundle
+        """Note the host's Python and name the code's directory; nothing runs on the host until the
+        first call, which brings the code (``BOOT``'s ``deliver``): a round trip to make a directory
+        and a transfer to fill it are saved."""
+        if not self.carried:
+            remote_tmp = str(self.action.get_shell_option("remote_tmp", default="~/.ansible/tmp")).rstrip("/")
+            if not remote_tmp.startswith(("/", "~/")) or "$" in remote_tmp:
+                display.vvv(f"{self.label}: remote_tmp {remote_tmp} is not a plain path; modules run instead", host=self.host)
+                return False
+            self.directory = f"{remote_tmp}/inferops-probe-{secrets.token_hex(6)}"
+        self.python = python
         return True
 
     def run(self, entry: str, options: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
@@ -285,8 +288,12 @@ class HostCode:
             cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT_CARRIED, entry))
             stdin = carried_bundle((entry,)) + "\n" + json.dumps(options)
         else:
-            cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, entry, str(self.bundle)))
-            stdin = json.dumps(options)
+            deliver = [] if self.delivered else ["deliver"]
+            cmd = " ".join(shlex.quote(word) for word in (str(self.python), "-c", BOOT, entry, str(self.directory), *deliver))
+            code = "" if self.delivered else base64.b64encode(run_bundle(self.entries)).decode("ascii") + "\n"
+            stdin = code + json.dumps(options)
+            # from the first try on, the directory may exist: cleanup removes it whatever the answer
+            self.delivered = True
         ran = self.action._low_level_execute_command(cmd, sudoable=False, in_data=stdin)
         try:
             result = json.loads(ran.get("stdout") or "")
@@ -300,13 +307,14 @@ class HostCode:
         return result
 
     def cleanup(self) -> None:
-        if self.directory is None:
+        if self.directory is None or not self.delivered:
             return
         try:
-            self.action._low_level_execute_command(f"rm -rf {shlex.quote(self.directory)}", sudoable=False)
+            self.action._low_level_execute_command(f"rm -rf -- {home_quoted(self.directory)}", sudoable=False)
         except AnsibleError as exc:
             display.vvv(f"{self.label}: could not remove {self.directory}: {exc}", host=self.host)
-        self.directory = self.bundle = None
+        self.directory = None
+        self.delivered = False
 
     @property
     def host(self) -> str | None:

@@ -187,8 +187,8 @@ class Steps:
             return default
 
     def run_action(self, name: str, args: t.Mapping[str, t.Any]) -> Result:
-        """Runs another action plugin of the collection with ``args`` (as ansible-core's ``template``
-        action runs ``copy``)."""
+        """Runs another action plugin (of the collection, or ``copy``) with ``args``, as ansible-core's
+        ``template`` action runs ``copy``."""
         task = self.action._task.copy()
         task.args = dict(args)
         other = self.action._shared_loader_obj.action_loader.get(
@@ -201,6 +201,10 @@ class Steps:
             shared_loader_obj=self.action._shared_loader_obj,
         )
         started = time.monotonic()
+        if getattr(other, "TRANSFERS_FILES", False) and self.action._connection._shell.tmpdir is None:
+            # made by this phase, the remote temporary directory is kept for the phase's other transfers
+            # (the action that makes it removes it) and removed once, with the phase's end
+            self.action._make_tmp_path()
         result: Result = other.run(task_vars=self.task_vars)
         self.note(name, result, time.monotonic() - started)
         return result

@@ -34,6 +34,7 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._start import hi
 
 ROLE = "sglang_restart"
 CHECK_STEP = "Validate | Check every variable and every rule on the controller"
+FACTS = ("sglang_restart_started_at", "sglang_restart_run_id")
 display = Display()
 
 
@@ -132,7 +133,10 @@ class PreparePhase(PhaseBody):
             "context": dict(self.facts),
             # what the other nodes of a deployment need of this one (the role passes it to them)
             "peer": {"run_id": self.facts["sglang_restart_run_id"], "reached_preflight": bool(self.facts["sglang_restart_reached_preflight"])},
-            "ansible_facts": {**self.steps.discovered, **self.facts},
+            # as facts, only what is read from the play's other hosts (when each began: the run's page) and
+            # the run's id; the rest goes to the phases as their argument, and every fact set is copied
+            # into each later task's variables
+            "ansible_facts": {**self.steps.discovered, **{name: self.facts[name] for name in FACTS}},
             # a host that cannot be reached is out of the play, as it would be for any task
             **({"unreachable": True} if failure and failure["result"].get("unreachable") else {}),
             "msg": f"{failure['step']}: {failure['result'].get('msg', 'failed')}" if failure else "prepared",
@@ -186,7 +190,13 @@ class PreparePhase(PhaseBody):
             self.facts["sglang_restart_lease"] = {"holds": False, "holder": found.get("holder")}
             return
         taken = lease.take(holder(self.task_vars), float(self.options["lock_stale"]), float(self.options["lock_wait"]), display.display, self.host)
-        self.facts["sglang_restart_lease"] = {"holds": True, "outcome": taken.get("outcome"), "taken_over": taken.get("taken_over_from")}
+        self.facts["sglang_restart_lease"] = {
+            "holds": True,
+            "outcome": taken.get("outcome"),
+            "taken_over": taken.get("taken_over_from"),
+            # the heartbeat is fresh: the restart phase does not renew it again at once
+            "renewed_at": round(time.time(), 3),
+        }
 
     def _preflight(self) -> dict[str, t.Any]:
         self._stage("preflight")

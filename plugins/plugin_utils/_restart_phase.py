@@ -78,6 +78,7 @@ def role_state(args: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any
         "record": bool(decision.get("record_wanted")),
         # this run holds the host's lease (the prepare phase took it): renewed between the steps
         "holds_lease": bool(_observed.mapping(facts.get("sglang_restart_lease")).get("holds")),
+        "lease_renewed_at": _observed.mapping(facts.get("sglang_restart_lease")).get("renewed_at"),
     }
 
 
@@ -188,6 +189,8 @@ class RestartPhase(PhaseBody):
         facts: dict[str, t.Any] = {"stopped": state["restart"] and earlier_failure is None}
         options = state["options"]
         lease = self.lease = HostLease(steps, options["unit"], state["run_id"], float(options["lock_stale"])) if state["holds_lease"] else None
+        if lease is not None:
+            lease.renewed_before(state["lease_renewed_at"])
         try:
             together = self._rendezvous(state["node"], state["peers"], task_vars)
         except ChannelError as exc:
@@ -215,6 +218,8 @@ class RestartPhase(PhaseBody):
             changed=bool(facts["stopped"] or facts.get("rollback")),
             decision=_rollout.decide(facts.get("rollout") or state["observed"]),
             seen=facts,
+            # when this run last renewed the host's lease (the settle phase does not renew it again at once)
+            lease_renewed_at=lease.renewed_wall_clock() if lease is not None else None,
         )
         return result
 
@@ -321,6 +326,8 @@ class RestartPhase(PhaseBody):
                 wait.update(deployment=node["deployment"], channel=channel)
             start.wait(seen, {**wait, "node_rank": rank, "peers": node.get("peers") or {}})
             facts["wait"] = seen.wait
+            if self.lease is not None:
+                self.lease.renewed_before(seen.wait.get("lease_renewed_at"))
             if seen.wait.get("reason") == "lease_lost":
                 raise StepFailed(LEASE_STAGE, RENEW, {"failed": True, "changed": False, "reason": "lease_lost", "msg": str(seen.wait.get("msg") or "")})
             if restart and generates_wanted(options, seen, rank):

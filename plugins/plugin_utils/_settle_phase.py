@@ -76,6 +76,9 @@ def role_state(args: t.Mapping[str, t.Any], task_vars: t.Mapping[str, t.Any], ch
         "registration": _observed.registration_of(facts, address),
         "removed": _observed.flag(facts.get("sglang_restart_traffic_removed")),
         "holds_lease": bool(_observed.mapping(facts.get("sglang_restart_lease")).get("holds")),
+        # when the run last renewed the lease: the restart phase's last look, or the prepare phase's take
+        "lease_renewed_at": optional_mapping(args["restarted"]).get("lease_renewed_at")
+        or _observed.mapping(facts.get("sglang_restart_lease")).get("renewed_at"),
         "hook_failure": facts["sglang_restart_traffic_failure"],
         "silence_warnings": [str(warning) for warning in [*(facts.get("sglang_restart_silence_warnings") or []), *(seen.get("silence_warnings") or [])]],
         "run": {
@@ -115,7 +118,7 @@ class SettlePhase(PhaseBody):
     def run(self, args: dict[str, t.Any]) -> Result:
         steps, task_vars = self.steps, self.task_vars
         state = role_state(args, task_vars, self.check_mode)
-        lease = HostLease(steps, state["options"]["unit"], state["run_id"]) if state["holds_lease"] else None
+        lease = self._lease(state)
         failure = state["hook_failure"]
         restored: bool | None = None
         decision = _rollout.decide(state["rollout"])
@@ -173,10 +176,21 @@ class SettlePhase(PhaseBody):
         state["facts"]["sglang_restart_silence"] = {**silence, "expired": True}
         return {"silence": None}
 
+    def _lease(self, state: t.Mapping[str, t.Any]) -> HostLease | None:
+        """The run's lease, when it holds one, known renewed when the run last renewed it."""
+        if not state["holds_lease"]:
+            return None
+        stale_after = float(state["options"].get("lock_stale") or float("inf"))
+        lease = HostLease(self.steps, state["options"]["unit"], state["run_id"], stale_after)
+        lease.renewed_before(state["lease_renewed_at"])
+        return lease
+
     def _still_held(self, lease: HostLease, state: dict[str, t.Any]) -> None:
-        """This run still holds the host; otherwise it ends here (another run took it over), touching nothing."""
+        """This run still holds the host; otherwise it ends here (another run took it over), touching
+        nothing. A heartbeat renewed a moment ago (within ``renew_after``, well inside lock_stale) cannot
+        have been taken over since, and is not renewed again."""
         try:
-            lease.renew()
+            lease.renew_when_due()
         except StepFailed as lost:
             if _rollout.held_elsewhere(lost.failure) is None:
                 raise

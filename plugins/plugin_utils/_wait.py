@@ -209,6 +209,8 @@ class Wait:
         self.detected: float | None = None
         self.peer_states: dict[str, NodeState] = {}
         self.peer_failure: tuple[str, NodeState] | None = None
+        # when a look last renewed the heartbeat of the run's lease (on this wait's clock)
+        self.lease_renewed_at: float | None = None
         self._last_status: str | None = None
         self._last_shown = float("-inf")
         self._turns: deque[float] = deque(maxlen=TURNS_KEPT)  # seconds between looks
@@ -447,6 +449,8 @@ class Wait:
         if isinstance(lease, t.Mapping) and lease.get("held") is False:
             holder = lease.get("holder") or "nobody (the lease was removed)"
             raise _Failed("lease_lost", f"changed by someone else during this run: the host's lease is now held by {holder}")
+        if isinstance(lease, t.Mapping) and lease.get("held") and not lease.get("problem"):
+            self.lease_renewed_at = self.now
 
     def _note_phase(self) -> None:
         phase = self.total["phase"]

@@ -7,6 +7,7 @@ a host. The phases on real systemd hosts are the integration tests."""
 from __future__ import annotations
 
 import base64
+import time
 import typing as t
 from pathlib import Path
 from unittest.mock import MagicMock
@@ -152,6 +153,14 @@ def test_a_plain_restart_stops_starts_waits_and_keeps_the_lease_alive() -> None:
     assert result["seen"]["wait"]["verdict"] == "pass" and "failure" not in result["seen"]
 
 
+def test_a_lease_the_prepare_phase_took_a_moment_ago_is_not_renewed_again_before_the_stop() -> None:
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [NEW_START]})
+    taken = {"holds": True, "outcome": "taken", "renewed_at": time.time()}
+    result = phase(restart.ActionModule, {"context": context(sglang_restart_lease=taken), "peers": {}}, steps).run(task_vars=RUN)
+    assert steps.names()[:2] == ["start_history", "systemctl stop"] and "run_lease:renew" not in steps.names()
+    assert result["decision"]["state"] == "restarted"
+
+
 def test_a_deploy_whose_start_failed_is_rolled_back_and_its_rollback_waited_on() -> None:
     steps = ScriptedSteps(
         {
@@ -282,7 +291,7 @@ def test_a_failed_start_expires_its_silence_before_the_rollback_and_settle_does_
 
         settled_steps = ScriptedSteps(
             {
-                "inferops.runbooks.run_lease": [{"held": True}, {"released": True}],
+                "inferops.runbooks.run_lease": [{"released": True}],
                 "inferops.runbooks.unit_info": [{"unit": {"ActiveState": "active", "InvocationID": "c" * 32}}],
             }
         )
@@ -295,18 +304,41 @@ def test_a_failed_start_expires_its_silence_before_the_rollback_and_settle_does_
     assert [record["updates"]["silence"] for record in records if "silence" in record.get("updates", {})] == [None], records
 
 
-def test_settle_of_a_passed_restart_reads_the_host_and_releases_the_lease() -> None:
+@pytest.mark.parametrize(
+    ("renewed_ago", "calls"),
+    [
+        (None, ["unit_info", "run_lease:release"]),
+        (60.0, ["run_lease:renew", "unit_info", "run_lease:release"]),
+    ],
+    ids=["renewed-by-the-restart-a-moment-ago", "renewed-a-minute-ago"],
+)
+def test_settle_of_a_passed_restart_reads_the_host_and_releases_the_lease(renewed_ago: float | None, calls: list[str]) -> None:
+    """The heartbeat the restart phase renewed a moment ago is not renewed again; one renewed longer ago
+    than renew_after is, before anything else (it may have gone to another run)."""
     steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [NEW_START]})
     restarted = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
+    assert restarted["lease_renewed_at"] == pytest.approx(time.time(), abs=5)
+    if renewed_ago is not None:
+        restarted["lease_renewed_at"] = time.time() - renewed_ago
     settled = ScriptedSteps(
         {
-            "inferops.runbooks.run_lease": [{"held": True}, {"released": True}],
+            "inferops.runbooks.run_lease": [{"held": True}, {"released": True}] if renewed_ago else [{"released": True}],
             "inferops.runbooks.unit_info": [{"unit": {"ActiveState": "active", "InvocationID": "b" * 32}}],
         }
     )
     result = phase(settle.ActionModule, {"context": context(), "restarted": restarted}, settled).run(task_vars=RUN)
-    assert settled.names() == ["run_lease:renew", "unit_info", "run_lease:release"]
+    assert settled.names() == calls
     assert result["report"]["verdict"] == "pass" and result["decision"]["state"] == "restarted"
+
+
+def test_settle_finds_a_lease_taken_over_since_its_last_renewal_and_touches_nothing() -> None:
+    steps = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": True}] * 3, "inferops.runbooks.wait_ready": [NEW_START]})
+    restarted = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
+    restarted["lease_renewed_at"] = time.time() - 60
+    settled = ScriptedSteps({"inferops.runbooks.run_lease": [{"held": False, "holder": HOLDER}]})
+    result = phase(settle.ActionModule, {"context": context(), "restarted": restarted}, settled).run(task_vars=RUN)
+    assert settled.names() == ["run_lease:renew"], "no read of the host, no record, no release of another run's lease"
+    assert result["report"]["reason"] == "lease_lost" and HOLDER in result["report"]["msg"]
 
 
 def test_settle_says_when_someone_else_restarted_the_host_during_the_run() -> None:
@@ -314,7 +346,7 @@ def test_settle_says_when_someone_else_restarted_the_host_during_the_run() -> No
     restarted = phase(restart.ActionModule, {"context": context(), "peers": {}}, steps).run(task_vars=RUN)
     settled = ScriptedSteps(
         {
-            "inferops.runbooks.run_lease": [{"held": True}, {"released": True}],
+            "inferops.runbooks.run_lease": [{"released": True}],
             "inferops.runbooks.unit_info": [{"unit": {"ActiveState": "active", "InvocationID": "d" * 32}}],
         }
     )
@@ -361,7 +393,8 @@ def test_prepare_of_a_plain_restart_checks_holds_the_host_reads_it_and_changes_n
     assert steps.calls[0][1] == {"role": "sglang_restart", "hosts": ["gpu1"]}
     assert not result["changed"] and not result["refused"] and result["failure"] is None
     context = result["context"]
-    assert context["sglang_restart_lease"] == {"holds": True, "outcome": "taken", "taken_over": None}
+    lease = context["sglang_restart_lease"]
+    assert lease == {"holds": True, "outcome": "taken", "taken_over": None, "renewed_at": pytest.approx(time.time(), abs=5)}
     assert context["sglang_restart_before"]["unit"] == BEFORE and context["sglang_restart_deploy_files"] == []
     # the restart phase takes this context as its argument
     assert result["peer"] == {"run_id": context["sglang_restart_run_id"], "reached_preflight": False}

@@ -1,10 +1,14 @@
-"""wait_ready's looks after the first: the probe's code copied once per wait and run as a plain
-Python process, the module when that cannot be done (plugins/action/wait_ready.py FastTransport)."""
+"""wait_ready's looks: the probe's code brought by the first plain look and unpacked on the host once
+per wait, the looks run as a plain Python process, the module when that cannot be done
+(plugins/action/wait_ready.py FastTransport)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import re
+import shlex
 import subprocess
 import sys
 import typing as t
@@ -14,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.inferops.runbooks.plugins.action.wait_ready import ARGUMENT_SPEC, FastTransport
-from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import BUNDLE_PACKAGE, CALL_ENTRIES, PROBE_ENTRIES, code_bundle
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._hostcode import BOOT, BUNDLE_PACKAGE, CALL_ENTRIES, PROBE_ENTRIES, code_bundle
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._wait import ConnectionLost, Probe, ProbeFailed, Settings, Wait
 
 pytestmark = pytest.mark.ansible
@@ -36,7 +40,6 @@ class ActionStandIn:
         self.modules: list[dict[str, t.Any]] = []
         self.commands: list[tuple[str, str | None]] = []
         self.answers = commands
-        self.transferred: dict[str, bytes] = {}
         self._connection = self
         self._play_context = PlayContext()
 
@@ -50,20 +53,19 @@ class ActionStandIn:
         self.modules.append(module_args)
         return dict(LOOK)
 
-    def _transfer_data(self, remote_path: str, data: bytes) -> str:
-        self.transferred[remote_path] = data
-        return remote_path
-
     def _low_level_execute_command(self, cmd: str, sudoable: bool = True, in_data: str | None = None) -> dict[str, t.Any]:
         self.commands.append((cmd, in_data))
-        if cmd.startswith("umask"):
-            return {"rc": 0, "stdout": "/root/.ansible/tmp/inferops-probe-abc\n", "stderr": ""}
         if cmd.startswith("rm -rf"):
             return {"rc": 0, "stdout": "", "stderr": ""}
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    @property
+    def delivered(self) -> list[str]:
+        """The plain looks that brought the code (``deliver``) on their first line of stdin."""
+        return [cmd for cmd, _stdin in self.commands if cmd.endswith(" deliver")]
 
 
 def fast(answers: list[t.Any], **args: t.Any) -> tuple[FastTransport, ActionStandIn]:
@@ -78,18 +80,40 @@ def ran(result: dict[str, t.Any]) -> dict[str, t.Any]:
 
 
 def test_the_first_look_is_the_module_and_later_ones_a_plain_process_with_the_options_on_stdin() -> None:
-    send, action = fast([ran({"unit": {"ActiveState": "active"}, "journal": {}, "health": None})], redact=["sk-secret"])
+    send, action = fast([ran({"unit": {"ActiveState": "active"}, "journal": {}, "health": None}), ran(LOOK)], redact=["sk-secret"])
     send(Probe(watch=0.0, health=False, pinning=True))
-    assert len(action.modules) == 1 and list(action.transferred) == ["/root/.ansible/tmp/inferops-probe-abc/probe.zip"]
+    assert len(action.modules) == 1 and not action.commands, "nothing is made on the host before the first plain look"
     result = send(Probe(watch=25.0, health=True, health_every=1.0, health_needed=2))
     assert result["unit"] == {"ActiveState": "active"} and len(action.modules) == 1
     command, stdin = action.commands[-1]
-    assert command.startswith("/usr/bin/python3 -c ") and command.endswith("/root/.ansible/tmp/inferops-probe-abc/probe.zip")
-    options = json.loads(stdin or "")
+    python, _c, _boot, entry, directory, deliver = shlex.split(command)
+    assert (python, entry, deliver) == ("/usr/bin/python3", "_probe", "deliver") and re.fullmatch(r"~/\.ansible/tmp/inferops-probe-[0-9a-f]{12}", directory)
+    code, options_text = (stdin or "").split("\n", 1)
+    assert zipfile.ZipFile(io.BytesIO(base64.b64decode(code))).namelist() == zipfile.ZipFile(io.BytesIO(code_bundle(PROBE_ENTRIES))).namelist()
+    options = json.loads(options_text)
     assert options["watch"] == 25.0 and options["health_every"] == 1.0 and options["health_needed"] == 2 and options["redact"] == ["sk-secret"]
     assert "sk-secret" not in command, "secrets go on stdin, never on a command line"
+    send(Probe(watch=5.0))
+    command, stdin = action.commands[-1]
+    assert shlex.split(command)[3:] == ["_probe", directory] and json.loads(stdin or "")["watch"] == 5.0, "the looks after the first run the code it left"
     send.cleanup()
-    assert action.commands[-1][0] == "rm -rf /root/.ansible/tmp/inferops-probe-abc"
+    assert action.commands[-1][0] == f"rm -rf -- ~/{directory[2:]}"
+
+
+def test_the_first_look_unpacks_the_code_into_a_private_directory_and_the_next_ones_run_from_it(tmp_path: Path) -> None:
+    """BOOT itself, run by a real Python: the code of the first look's stdin unpacked (private to the
+    user), the probe's cli answering, and a second look served from what the first left."""
+    directory = tmp_path / "tmp" / "inferops-probe-0123456789ab"
+    code = base64.b64encode(code_bundle(PROBE_ENTRIES)).decode()
+    bad_options = json.dumps({"unit": "x.service", "bogus": 1})
+    first = subprocess.run(
+        [sys.executable, "-c", BOOT, "_probe", str(directory), "deliver"], input=f"{code}\n{bad_options}", capture_output=True, text=True, check=False
+    )
+    assert json.loads(first.stdout)["failed"] is True, first.stderr
+    assert (directory / BUNDLE_PACKAGE / "_probe.py").is_file() and not (tmp_path / "tmp" / "inferops-probe-0123456789ab.part").exists()
+    assert oct((tmp_path / "tmp").stat().st_mode & 0o777) == oct(0o700) and oct(directory.stat().st_mode & 0o777) == oct(0o700)
+    second = subprocess.run([sys.executable, "-c", BOOT, "_probe", str(directory)], input=bad_options, capture_output=True, text=True, check=False)
+    assert json.loads(second.stdout) == json.loads(first.stdout)
 
 
 def test_a_secret_in_a_plain_look_is_masked_as_the_module_would() -> None:
@@ -124,7 +148,7 @@ def test_with_become_every_look_is_the_module() -> None:
     send = FastTransport(t.cast(t.Any, action), send.wait, ARGS, {})
     send(Probe(watch=0.0, health=False, pinning=True))
     send(Probe(watch=5.0))
-    assert len(action.modules) == 2 and not action.transferred
+    assert len(action.modules) == 2 and not action.commands
 
 
 def test_a_node_of_a_deployment_keeps_the_modules_looks() -> None:
@@ -134,7 +158,7 @@ def test_a_node_of_a_deployment_keeps_the_modules_looks() -> None:
     send = FastTransport(t.cast(t.Any, action), wait, ARGS, {})
     send(Probe(watch=0.0, health=False, pinning=True))
     send(Probe(watch=2.0))
-    assert len(action.modules) == 2 and not action.transferred and not action.commands
+    assert len(action.modules) == 2 and not action.commands
 
 
 def test_the_bundle_is_the_probes_standard_library_code_in_its_package() -> None:
@@ -163,7 +187,7 @@ def test_with_the_hosts_python_known_the_first_look_is_already_a_plain_process(t
     send = FastTransport(t.cast(t.Any, action), wait, ARGS, task_vars)
     send(Probe(watch=0.0, health=False, pinning=True))
     send(Probe(watch=5.0))
-    assert not action.modules and list(action.transferred) == ["/root/.ansible/tmp/inferops-probe-abc/probe.zip"]
+    assert not action.modules and len(action.delivered) == 1
     # after a lost connection the host may have rebooted: its first look is the module's
     send(Probe(watch=0.0, health=False, pinning=True, reset_connection=True))
     send(Probe(watch=5.0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -135,3 +136,21 @@ def test_a_short_stale_limit_shortens_the_time_a_heartbeat_is_not_renewed_again(
     clock.sleep(0.5)
     lease.renew_when_due()
     assert len(steps.asked) == 2
+
+
+def test_a_renewal_by_another_part_of_the_run_counts_and_an_old_or_odd_one_does_not() -> None:
+    """The prepare phase's take and the wait's looks renew the heartbeat too: the phase after them does
+    not renew it again within renew_after; a renewal older than that, from the future or not a time is
+    no reason to skip one."""
+    clock, steps = Clock(), Steps([{"held": True}] * 5)
+    lease = _host_lease.HostLease(steps, "sglang.service", "mine", clock=clock)  # type: ignore[arg-type]
+    lease.renewed_before(time.time() - 1.0)
+    lease.renew_when_due()
+    assert steps.asked == []
+    assert lease.renewed_wall_clock() == pytest.approx(time.time() - 1.0, abs=0.5)
+    for odd in (time.time() - 60, time.time() + 60, "soon", True, None):
+        fresh = _host_lease.HostLease(steps, "sglang.service", "mine", clock=clock)  # type: ignore[arg-type]
+        fresh.renewed_before(odd)
+        fresh.renew_when_due()
+    assert len(steps.asked) == 5 and lease.renewed_wall_clock() is not None
+    assert _host_lease.HostLease(steps, "sglang.service", "mine").renewed_wall_clock() is None  # type: ignore[arg-type]

@@ -137,6 +137,19 @@ def test_a_clean_start_passes_after_k_successes_and_the_soak() -> None:
     assert any("soaking 10s" in message for message in messages) and all(message.startswith("gpu1: sglang.service ") for message in messages)
 
 
+def test_the_wait_knows_when_a_look_last_renewed_the_runs_lease() -> None:
+    """What the phase after the wait needs to skip renewing a heartbeat a moment old: the time of the last
+    look that renewed it, not of a look whose renewal failed."""
+    clock, target = Clock(), Target()
+    wait = new_wait(clock)
+    held: dict[str, t.Any] = {"held": True, "holder": None}
+    steps = [(seconds, t.cast(ProbeResult, {**observation, "lease": held})) for seconds, observation in good_start(target)]
+    steps[-1] = (steps[-1][0], t.cast(ProbeResult, {**steps[-1][1], "lease": {"held": True, "problem": "the lease could not be renewed: disk full"}}))
+    outcome = drive(wait, clock, steps)
+    assert outcome.verdict == "pass"
+    assert wait.lease_renewed_at == pytest.approx(clock.now - steps[-1][0])
+
+
 def test_k_consecutive_successes_broken_by_one_failure_start_again() -> None:
     clock, target = Clock(), Target()
     wait = new_wait(clock, health_successes=3)
