@@ -10,6 +10,8 @@ that the playbook has something to restart.
 from __future__ import annotations
 
 import json
+import shlex
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.integration.conftest import QUICK, RunPlaybook
 
 PLAYBOOK = "playbooks/restart_sglang.yml"
 UNIT = "sglang.service"
+LEASE = f"/var/lib/inferops/{UNIT}.lease"
 DIST_PORT = 5000
 FAST = {"SIM_SPEED": "0.15", "SIM_WARMUP_SECONDS": "1", "SIM_TP": "16", "SIM_NNODES": "2", "SIM_DIST_TIMEOUT": "30"}
 DEPLOYMENTS = {"dsr1": ("sim1", "sim2"), "qwen": ("sim3", "sim4")}
@@ -250,3 +253,39 @@ def test_a_node_whose_unit_is_missing_stops_its_deployment_at_the_preflight(topo
     assert run.returncode != 0, run
     assert "Deployment dsr1: sim2 did not get through the preflight step, so nothing more is done on sim1 (node 0)" in run.flat
     assert {host: topology.invocation(host) for host in before} == before
+
+
+def test_a_deployment_one_of_whose_nodes_another_run_holds_is_refused_whole(topology: Topology, run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """dsr1's node 1 is held by a live run from another controller (its lease, a fresh heartbeat): the
+    deployment is refused whole, naming the holder; no node of it (nor of the second deployment) is
+    stopped, node 0's own lease is released at the end, and the other run's lease is left as it was."""
+    before = topology.start_all()
+    now = time.time()  # the test hosts share this machine's clock
+    other = {
+        "version": 1,
+        "unit": UNIT,
+        "run_id": "20261206T000000Z-777",
+        "controller": "awx-node-7",
+        "pid": 4242,
+        "user": "ops",
+        "awx_job_id": 91,
+        "playbook": "Restart SGLang servers",
+        "taken_at": round(now - 30, 3),
+        "heartbeat_at": round(now, 3),
+    }
+    held = json.dumps(other, sort_keys=True)
+    topology.fleet.ssh("sim2", f"mkdir -p /var/lib/inferops && printf '%s\\n' {shlex.quote(held)} > {LEASE}")
+    reports = tmp_path / "reports"
+    run = run_playbook(PLAYBOOK, extra_vars={**QUICK, "sglang_restart_report_dir": str(reports)}, inventory=topology.inventory)
+    assert run.returncode != 0, run
+    assert f"sim2 {UNIT} is held by another run: run 20261206T000000Z-777 from ops@awx-node-7 (process 4242), AWX job 91" in run.flat
+    assert "Deployment dsr1: sim2 did not get through the preflight step, so nothing more is done on sim1 (node 0)" in run.flat
+    assert {host: topology.invocation(host) for host in before} == before
+    assert json.loads(topology.fleet.ssh("sim2", f"cat {LEASE}").stdout) == other
+    for host in ("sim1", "sim3", "sim4"):
+        assert topology.fleet.ssh(host, f"test -e {LEASE}", check=False).returncode != 0, f"{host} is left leased"
+    report = deployment_report(reports, "dsr1")
+    assert report["verdict"] == "fail", report
+    root = report["root_cause"]
+    assert isinstance(root, dict) and root["host"] == "sim2" and root["reason"] == "host_held", root
+    assert not (reports / "qwen.json").exists()
