@@ -4,7 +4,8 @@
 floor before a batch leaves (floor), the bake of a batch's host (bake), and the fleet gate and the
 failure tolerance after a batch (after). The decisions are ``plugin_utils/_fleet``'s; what is seen
 here is the router's worker list (``plugin_utils/_router``), one generation sent from the controller
-to each deployment, and the collection's probe (``service_probe``) on the baked host."""
+to each deployment (and to the baked host after each look), and the collection's probe
+(``service_probe``) on the baked host."""
 
 from __future__ import annotations
 
@@ -128,14 +129,14 @@ class ActionModule(ActionBase):
         values["address"] = str(variables.get("ansible_host") or host) if hasattr(variables, "get") else host
         return values
 
-    def _generate(self, url: str, options: t.Mapping[str, t.Any]) -> str | None:
+    def _generate(self, url: str, options: t.Mapping[str, t.Any], timeout: float = GENERATION_TIMEOUT) -> str | None:
         """One generation from the controller: None when it answers a token, otherwise why not (never with the key)."""
         headers = {"Content-Type": "application/json"}
         if options.get("api_key"):
             headers["Authorization"] = f"Bearer {options['api_key']}"
         body = {"model": options.get("smoke_model") or "default", "prompt": PROMPT, "max_tokens": 1, "temperature": 0}
         try:
-            answer = open_url(url, data=json.dumps(body), headers=headers, method="POST", timeout=GENERATION_TIMEOUT, validate_certs=False)
+            answer = open_url(url, data=json.dumps(body), headers=headers, method="POST", timeout=timeout, validate_certs=False)
             status, payload = answer.getcode(), json.loads(answer.read() or b"null")
         except Exception as exc:  # any failure of the request: the deployment does not serve
             status, payload = getattr(exc, "code", None), None
@@ -149,7 +150,7 @@ class ActionModule(ActionBase):
         looks: Looks = {}
         for name in names:
             options = self._options_of(deployments[name][0], LOOK_OPTIONS)
-            worker = str(options.get("worker_url") or f"http://{options['address']}:{options['port']}") if options.get("router_url") else None
+            worker = self._worker(options)
             if worker is not None:
                 router = str(options["router_url"])
                 if router not in listings:
@@ -163,6 +164,13 @@ class ActionModule(ActionBase):
                     continue
             looks[name] = self._generate(_fleet.generation_url(str(options["smoke_url"]), worker, str(options["address"])), options)
         return looks
+
+    @staticmethod
+    def _worker(options: t.Mapping[str, t.Any]) -> str | None:
+        """The host's worker URL as its router lists it; None without a router."""
+        if not options.get("router_url"):
+            return None
+        return str(options.get("worker_url") or f"http://{options['address']}:{options['port']}")
 
     def _listing(self, router: str, options: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]] | str:
         try:
@@ -210,6 +218,9 @@ class ActionModule(ActionBase):
             return {"changed": False, "verdict": "skipped", "msg": "no bake"}
         host = str(self.task_vars.get("inventory_hostname"))
         options = self._options_of(host, BAKE_OPTIONS)
+        serving = self._options_of(host, LOOK_OPTIONS)
+        # health answers 200 from a server whose scheduler is wedged: each look ends with one generation
+        generation = _fleet.generation_url(str(serving["smoke_url"]), self._worker(serving), str(serving["address"]))
         judged = str(report.get("invocation_id") or "") or None
         fatal_before = len(report.get("fatal") or [])
         deadline = time.monotonic() + pause
@@ -226,10 +237,13 @@ class ActionModule(ActionBase):
                 again = self._probe(options, judged, 0)
                 if not again.get("failed") and _fleet.new_fatal(again, fatal_before):
                     why = _fleet.bake_look(again, judged, fatal_before)
+            if why is None:
+                # a token within a look's interval, or the server does not serve
+                why = self._generate(generation, serving, BAKE_LOOK_EVERY)
         bake = {
             "verdict": "pass" if why is None else "fail",
             "reason": "baked" if why is None else "bake_failed",
-            "msg": why or f"served through {pause:g} s ({looks} look(s))",
+            "msg": why or f"served through {pause:g} s ({looks} look(s), a token each)",
         }
         display.display(f"fleet gate: bake of {host}: {bake['reason']}: {bake['msg']}")
         # what the fleet gate after the batch counts (a bake that failed is a failed deployment)
@@ -239,9 +253,9 @@ class ActionModule(ActionBase):
     def _out_of_router(self, host: str) -> str:
         """A host that failed its bake serves nothing the router should send it: its worker taken out (what is said of it)."""
         options = self._options_of(host, LOOK_OPTIONS)
-        if not options.get("router_url"):
+        worker = self._worker(options)
+        if worker is None:
             return ""
-        worker = str(options.get("worker_url") or f"http://{options['address']}:{options['port']}")
         try:
             router = Router(str(options["router_url"]), options.get("router_api_key") or None, float(options.get("router_timeout") or 30))
             found = router.find(worker)

@@ -154,3 +154,20 @@ def test_the_bake_catches_a_host_that_dies_after_its_start_passed(fleet: Fleet, 
     assert f"bake of {second}: bake_failed: a new fatal line in its journal" in out, run
     assert f"1 of 3 deployment(s) failed (33%: {second}), more than sglang_max_fail_percentage 0%: the run stops here" in out, run
     assert invocation(fleet, third) == before[third]
+
+
+def test_the_bake_catches_a_canary_that_wedged_after_its_start_passed(fleet: Fleet, three: list[str], run_playbook: RunPlaybook, tmp_path: Path) -> None:
+    """The canary's new configuration wedges 3 s after it is ready: its health still answers 200 and its
+    journal says nothing, but the generation after the bake's first look gets no token: the canary fails
+    (bake_failed) and the run stops before the second host."""
+    first, second = three[:2]
+    before = start_with(fleet, [first, second])
+    template = tmp_path / "deploy.conf.j2"
+    template.write_text(deploy_on(first, "SIM_SCENARIO=wedged SIM_WEDGE_AFTER=3"))
+    extra = {**QUICK, "sglang_restart_dropin_template": str(template), "sglang_batch_pause": 12}
+    run = run_playbook(PLAYBOOK, extra_vars=extra, limit=f"{first},{second}")
+    out = flat(run.output)
+    assert run.returncode != 0, run
+    assert f"bake of {first}: bake_failed: no generation from http://{fleet.address(first)}:30000/v1/completions" in out, run
+    assert fleet.health(first) == "200", "the wedged server still answers its health check"
+    assert invocation(fleet, second) == before[second]
