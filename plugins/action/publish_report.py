@@ -16,7 +16,7 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render, _run_results
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._deployment import TopologyError, deployment_verdict
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
@@ -74,6 +74,8 @@ class ActionModule(ActionBase):
             )
             return result
         host = str(task_vars.get("inventory_hostname", ""))
+        # for the run's page that the hosts after this one write (write_report)
+        _run_results.keep(host, _run_results.report_kind(str(report["role"])), report)
         if node.get("multi_node"):
             hostvars = t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})
             try:

@@ -8,13 +8,16 @@ file in the same directory, then a rename); the managed host is not contacted. R
 ``plugin_utils/_render``'s and ``plugin_utils/_rollout_page``'s.
 
 The run's page (``<run>.html``) shows every host of the play that has a report so far: the reports
-are the play's hosts' ``<role>_report`` facts (this host's is the one given), read from hostvars, so
-nothing is read back from the report directory and a report of an earlier run beside them is never
-mixed in. It is written again after each host's report; its name, the role and the earliest start
-among the run's hosts (their ``<role>_started_at`` facts, set as the role begins, and their reports'
-starts), stays the same through the run: a host that fails early and reports first names the page
-as the others will. The batches are the play's own (its ``serial``). A multi-node deployment's
-report also gets its own page, ``<deployment>.html``.
+are those the play's hosts kept in this run (``publish_report`` keeps each host's, this action the one
+given, a deployment's its nodes'; ``plugin_utils/_run_results``), so nothing is read back from the
+report directory and a report of an earlier run beside them is never mixed in; reading them costs a
+small file each, where each host's variables composed through hostvars cost every host the whole play.
+It is written again after each host's report, one host at a time (a lock of the run: the last one
+written holds every report kept before it). Its name, the role and the earliest start among the run's
+hosts (their ``<role>_started_at`` facts, set as the role begins, and their reports' starts), is
+chosen by the first report written and kept for the run: a host that fails early and reports first
+names the page as the others will. The batches are the play's own (its ``serial``). A multi-node
+deployment's report also gets its own page, ``<deployment>.html``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import typing as t
 from ansible.plugins.action import ActionBase
 from ansible.utils.helpers import pct_to_int
 
-from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render, _rollout_page
+from ansible_collections.inferops.runbooks.plugins.plugin_utils import _render, _rollout_page, _run_results
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._plain import plain
 
 ARGUMENT_SPEC: dict[str, t.Any] = {
@@ -36,6 +39,7 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     "report_dir": {"type": "path", "required": True},
 }
 DIR_MODE = 0o755
+RUN = "run"  # what the page's name is kept under: the run's, not a host's
 FILE_MODE = 0o644
 
 
@@ -89,9 +93,16 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             result.update(failed=True, msg=f"write_report: {exc}")
             return result
+        with _run_results.locked(_run_results.page_kind(str(report.get("role")))):
+            return self._write(result, report, report_dir, files, task_vars or {})
+
+    def _write(
+        self, result: dict[str, t.Any], report: dict[str, t.Any], report_dir: str, files: dict[str, str], task_vars: dict[str, t.Any]
+    ) -> dict[str, t.Any]:
+        """The report's files and the pages, written under the run's lock of the pages."""
         texts = {files["json"]: _render.report_json(report), files["junit"]: _render.junit_xml(report, report_dir)}
         try:
-            pages = self._pages(report, report_dir, task_vars or {})
+            pages = self._pages(report, report_dir, task_vars)
         except ValueError as exc:
             result.update(failed=True, msg=f"write_report: the run's page: {exc}")
             return result
@@ -115,10 +126,9 @@ class ActionModule(ActionBase):
         if _render.is_deployment(report):
             pages[f"{directory}/{report.get('deployment')}{_render.form_of(report).file_suffix}.html"] = _rollout_page.deployment_page(report)
         hosts = [str(host) for host in task_vars.get("ansible_play_hosts_all") or []]
-        hostvars = task_vars.get("hostvars")
-        reports = run_reports(report, hosts, hostvars)
+        reports = run_reports(report, hosts)
         if reports:
-            name = _rollout_page.run_name(reports, run_starts(str(report.get("role")), hosts, hostvars))
+            name = page_name(str(report.get("role")), reports, hosts, task_vars.get("hostvars"))
             pages[f"{directory}/{name}.html"] = _rollout_page.run_page(reports, _rollout_page.batches_of(hosts, self._serial(len(hosts))), name)
         return pages
 
@@ -155,19 +165,38 @@ def run_starts(role: str, hosts: list[str], hostvars: t.Any) -> list[float]:
     return starts
 
 
-def run_reports(report: dict[str, t.Any], hosts: list[str], hostvars: t.Any) -> list[dict[str, t.Any]]:
-    """The reports of the run's hosts so far, in play order: each host's ``<role>_report`` fact, and
-    this report for its own host (a deployment's report is drawn from its nodes' facts)."""
-    fact = f"{report.get('role')}_report"
-    own = None if _render.is_deployment(report) else str(report.get("host"))
+def page_name(role: str, reports: list[dict[str, t.Any]], hosts: list[str], hostvars: t.Any) -> str:
+    """The run's page name, chosen by the first report written in this run (from every host's start:
+    read once, not for each report) and kept for the others."""
+    kind = _run_results.page_kind(role)
+    kept = _run_results.read([RUN], kind).get(RUN) or {}
+    if isinstance(kept.get("name"), str):
+        return str(kept["name"])
+    name = _rollout_page.run_name(reports, run_starts(role, hosts, hostvars))
+    _run_results.keep(RUN, kind, {"name": name})
+    return name
+
+
+def own_reports(report: dict[str, t.Any]) -> dict[str, dict[str, t.Any]]:
+    """The reports this one stands for, by host: its host's, or a deployment's nodes'."""
+    if not _render.is_deployment(report):
+        return {str(report.get("host")): report}
+    nodes = [plain(node) for node in report.get("node_reports") or []]
+    return {str(node.get("host")): node for node in nodes if isinstance(node, dict)}
+
+
+def run_reports(report: dict[str, t.Any], hosts: list[str]) -> list[dict[str, t.Any]]:
+    """The reports of the run's hosts so far, in play order: the ones the play's hosts kept in this run,
+    and this report's own (kept here for the hosts after it)."""
+    role = report.get("role")
+    kind = _run_results.report_kind(str(role))
+    own = own_reports(report)
+    for host, mine in own.items():
+        _run_results.keep(host, kind, mine)
+    kept = _run_results.read([host for host in hosts if host not in own], kind)
     reports = []
     for host in hosts:
-        if host == own:
-            reports.append(report)
-            continue
-        found = _fact(hostvars, host, fact)
-        if isinstance(found, dict) and found.get("role") == report.get("role") and found.get("verdict") != "skipped":
+        found = own.get(host) or kept.get(host)
+        if found is not None and (host in own or (found.get("role") == role and found.get("verdict") != "skipped")):
             reports.append(found)
-    if own is not None and own not in hosts:
-        reports.append(report)
-    return reports
+    return reports + [mine for host, mine in own.items() if host not in hosts]

@@ -21,6 +21,7 @@ description:
   - For a node of a multi-node deployment (O(node)), judges the deployment from its nodes' reports (their
     C(<role>_report) facts, as P(inferops.runbooks.deployment_verdict#filter) does); one node shows, publishes and
     writes the deployment's report (node 0, unless it is not in the play's batch), and every node returns its verdict.
+  - Keeps every host's report on the controller for the run's page that the hosts after it write.
   - A report whose verdict is V(skipped) (a check-mode run that refused nothing) is published, neither shown nor written.
 author:
   - inferops.runbooks contributors (@inferops)

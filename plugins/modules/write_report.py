@@ -23,7 +23,9 @@ description:
     the time out of the router), the hosts batch by batch, canary first, each with its verdict and reason, its
     fatal lines and tracebacks, its allowlisted and unrecognized lines by rule, what is new since its last good
     start and its canary's figures, and the hosts much slower than their peers. The page holds every host of the
-    play that has reported so far (their C(<role>_report) facts) and is written again after each host's report.
+    play that has reported so far in this run (the reports this action and M(inferops.runbooks.publish_report) kept
+    on the controller, not the hosts' variables) and is written again after each host's report, one host at a time;
+    its name is chosen by the first report written in the run and kept.
   - A multi-node deployment's report also gets its own page, C(<deployment>.html), a timeline per node.
   - Creates O(report_dir) when it is missing; each file is replaced atomically, and left alone when it already holds
     the same report.

@@ -5,7 +5,8 @@ every later task of every host reads it at the cost of a small file each.
 
 Private to the collection; may change at any time. Each host keeps its own result of a kind (``START``:
 the good start its settle phase returns as ``fleet_start``, ``{host: {"config", "total"}}`` or nothing;
-``VERDICT``: its report's verdict and reason; ``BAKE``: its bake's) in the run's local temporary
+``VERDICT``: its report's verdict and reason; ``BAKE``: its bake's; ``report_kind``: its report, for the
+run's page) in the run's local temporary
 directory, which every fork shares and Ansible removes when the run ends; a later run starts empty, and
 a host that keeps a kind again replaces what an earlier play of the run kept. Reading another host's
 registered result or fact instead (``hostvars[host]``) composes every variable of that host: a task that
@@ -15,6 +16,8 @@ the whole play (the fleet gate's count of failures), cost the square of the play
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import typing as t
@@ -27,6 +30,16 @@ from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import 
 START = "start"
 VERDICT = "verdict"
 BAKE = "bake"
+
+
+def report_kind(role: str) -> str:
+    """The kind a host's report of ``role`` is kept under (what the run's page shows)."""
+    return f"{role}_report"
+
+
+def page_kind(role: str) -> str:
+    """The kind the name of the run's page of ``role`` is kept under (one name through the run)."""
+    return f"{role}_page"
 
 
 def _directory(kind: str, base: str | None) -> str:
@@ -65,3 +78,17 @@ def starts(hosts: t.Iterable[str], base: str | None = None) -> dict[str, dict[st
     for kept in read(hosts, START, base).values():
         merged.update({str(name): start for name, start in kept.items() if isinstance(start, dict)})
     return merged
+
+
+@contextlib.contextmanager
+def locked(kind: str, base: str | None = None) -> t.Iterator[None]:
+    """An exclusive lock of ``kind`` for this run, held by one fork at a time: what a fork reads under
+    it, and writes before it lets go, no other fork writes in between."""
+    directory = _directory(kind, base)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    descriptor = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
