@@ -74,8 +74,11 @@ class ActionModule(ActionBase):
             )
             return result
         host = str(task_vars.get("inventory_hostname", ""))
-        # for the run's page that the hosts after this one write (write_report)
-        _run_results.keep(host, _run_results.report_kind(str(report["role"])), report)
+        try:
+            # for the run's page that the hosts after this one write (write_report)
+            _run_results.keep(host, _run_results.report_kind(str(report["role"])), report)
+        except OSError as exc:
+            display.warning(f"{host}: its report is not kept for the run's page: {exc}")
         if node.get("multi_node"):
             hostvars = t.cast(t.Mapping[str, t.Any], task_vars.get("hostvars") or {})
             try:

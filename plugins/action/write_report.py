@@ -28,6 +28,7 @@ import stat
 import tempfile
 import typing as t
 
+from ansible import constants as C
 from ansible.plugins.action import ActionBase
 from ansible.utils.helpers import pct_to_int
 
@@ -39,8 +40,8 @@ ARGUMENT_SPEC: dict[str, t.Any] = {
     "report_dir": {"type": "path", "required": True},
 }
 DIR_MODE = 0o755
-RUN = "run"  # what the page's name is kept under: the run's, not a host's
 FILE_MODE = 0o644
+RUN = "run"  # what the page's name is kept under: the run's, not a host's
 
 
 def write_atomically(path: str, text: str) -> bool:
@@ -93,8 +94,12 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             result.update(failed=True, msg=f"write_report: {exc}")
             return result
-        with _run_results.locked(_run_results.page_kind(str(report.get("role")))):
-            return self._write(result, report, report_dir, files, task_vars or {})
+        try:
+            with _run_results.locked(_run_results.page_kind(str(report.get("role")))):
+                return self._write(result, report, report_dir, files, task_vars or {})
+        except OSError as exc:
+            result.update(failed=True, files=files, msg=f"write_report: the run's reports cannot be kept on the controller ({C.DEFAULT_LOCAL_TMP}): {exc}")
+            return result
 
     def _write(
         self, result: dict[str, t.Any], report: dict[str, t.Any], report_dir: str, files: dict[str, str], task_vars: dict[str, t.Any]

@@ -26,8 +26,8 @@ description:
     (M(inferops.runbooks.service_probe)) watches the invocation the start was judged on, a look every 10 seconds, each
     followed by one generation sent from the controller as the V(floor) sends it (a wedged scheduler answers its health
     check); the unit started again or no longer active, a fatal line more than the start had, a health check that does
-    not answer 200, or no token within 10 seconds ends the bake as failed (RV(verdict) V(fail), RV(reason) V(bake_failed); the playbook registers the result as
-    C(sglang_fleet_bake)). It does not fail the host; the V(after)
+    not answer 200, or no token within 10 seconds ends the bake as failed (RV(verdict) V(fail), RV(reason)
+    V(bake_failed); the playbook registers the result as C(sglang_fleet_bake)). It does not fail the host; the V(after)
     phase counts it. The change is not rolled back after a failed bake (the host's report says so).
   - V(after), once per batch (C(run_once)) - with a serving floor, the fleet gate - the batch's deployments that passed must
     serve (listed by their router, one generation) within C(capacity_timeout) seconds, or count as failed. Then the
