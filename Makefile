@@ -20,7 +20,11 @@ setup:
 options: setup
 	$(PYTHON) scripts/options.py
 
-test: setup lint alert-rules sanity unit integration
+# ansible-test sanity and the unit tests side by side (each waits on its own processes half the time),
+# each target's output printed whole as it ends
+test: setup lint alert-rules
+	$(MAKE) --no-print-directory -j2 --output-sync=target sanity unit
+	$(MAKE) --no-print-directory integration
 
 lint: setup
 	$(PYTHON) scripts/options.py --check
