@@ -16,8 +16,6 @@ the whole play (the fleet gate's count of failures), cost the square of the play
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import typing as t
@@ -26,6 +24,7 @@ import urllib.parse
 from ansible import constants as C
 
 from ansible_collections.inferops.runbooks.plugins.plugin_utils._channel import write_whole
+from ansible_collections.inferops.runbooks.plugins.plugin_utils._run_dir import exclusive
 
 START = "start"
 VERDICT = "verdict"
@@ -80,15 +79,7 @@ def starts(hosts: t.Iterable[str], base: str | None = None) -> dict[str, dict[st
     return merged
 
 
-@contextlib.contextmanager
-def locked(kind: str, base: str | None = None) -> t.Iterator[None]:
+def locked(kind: str, base: str | None = None) -> t.ContextManager[None]:
     """An exclusive lock of ``kind`` for this run, held by one fork at a time: what a fork reads under
     it, and writes before it lets go, no other fork writes in between."""
-    directory = _directory(kind, base)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    descriptor = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
+    return exclusive(os.path.join(_directory(kind, base), ".lock"))
